@@ -1,0 +1,70 @@
+/* dev.h - the block device backend: every byte shoal reads or writes on its
+ * device goes through one of these, so tests can inject faults. */
+#ifndef SHOAL_DEV_H
+#define SHOAL_DEV_H
+#include <stddef.h>
+#include <stdint.h>
+
+struct shoal_dev;
+
+struct shoal_dev_ops {
+	/* Read or write exactly len bytes at off: 0 or -errno. */
+	int (*pread)(struct shoal_dev *dev, void *buf, size_t len, uint64_t off);
+	int (*pwrite)(struct shoal_dev *dev, const void *buf, size_t len, uint64_t off);
+	/* Make every completed write durable: 0 or -errno. */
+	int (*flush)(struct shoal_dev *dev);
+	void (*close)(struct shoal_dev *dev);
+};
+
+/* Counters, updated atomically; read them with dev_stats_get(). */
+struct shoal_dev_stats {
+	uint64_t ds_reads;
+	uint64_t ds_read_bytes;
+	uint64_t ds_writes;
+	uint64_t ds_write_bytes;
+	uint64_t ds_flushes;
+};
+
+struct shoal_dev {
+	const struct shoal_dev_ops *d_ops;
+	void *d_priv;
+	int d_fd;
+	int d_readonly;
+	uint64_t d_size; /* bytes */
+	struct shoal_dev_stats d_stats; /* atomic */
+	uint64_t d_write_gen; /* atomic: bumped by every write */
+	uint64_t d_flush_gen; /* atomic: d_write_gen as of the last flush */
+};
+
+/* Open a regular file or block device.  size 0 means "use its size". */
+int dev_open(const char *path, int readonly, struct shoal_dev **out);
+void dev_close(struct shoal_dev *dev);
+
+int dev_read(struct shoal_dev *dev, void *buf, size_t len, uint64_t off);
+int dev_write(struct shoal_dev *dev, const void *buf, size_t len, uint64_t off);
+int dev_flush(struct shoal_dev *dev);
+/* Flush only if something was written since the last flush. */
+int dev_flush_if_needed(struct shoal_dev *dev);
+void dev_stats_get(struct shoal_dev *dev, struct shoal_dev_stats *out);
+
+/* The plain file/blockdev backend, for wrappers that delegate to it. */
+extern const struct shoal_dev_ops dev_file_ops;
+
+/*
+ * A fault-injecting wrapper for tests (dev_fault.c).  Writes not yet flushed
+ * are held in memory; dev_fault_cut() simulates a power cut that loses them
+ * all, or a random subset.  Errors can be injected on the Nth write/flush.
+ */
+struct dev_fault_cfg {
+	int64_t fc_fail_write_at; /* fail the Nth write from now with fc_errno; <0 off */
+	int64_t fc_fail_flush_at; /* same for flushes */
+	int fc_errno;
+	int64_t fc_cut_at_write; /* after this many writes, drop all further I/O */
+};
+int dev_fault_wrap(struct shoal_dev *lower, struct shoal_dev **out);
+void dev_fault_set(struct shoal_dev *dev, const struct dev_fault_cfg *cfg);
+/* Discard unflushed writes; keep_mask_seed != 0 keeps a random subset. */
+void dev_fault_cut(struct shoal_dev *dev, unsigned keep_seed);
+uint64_t dev_fault_writes(struct shoal_dev *dev);
+
+#endif

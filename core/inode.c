@@ -1,0 +1,285 @@
+/*
+ * inode.c - in-memory inodes and their lifetime.
+ *
+ * An inode lives in memory while the kernel has looked it up (i_nlookup),
+ * it is open (i_open) or an operation holds it (i_ref); it keeps its dinode
+ * buffer referenced for that whole time, so ip_di() is always valid.
+ *
+ *   on disk, linked --unlink last link, still used--> UNLINKED (bitmap)
+ *   UNLINKED --last close and forget--> freed (inode_destroy)
+ *   UNLINKED --node dies--> freed by rg_reap_unlinked at the next mount
+ *
+ * Invariants (fs_lock):
+ *  (1) at most one struct shoal_inode per inode number;
+ *  (2) an inode with di_nlink == 0 is UNLINKED in its group's bitmap and is
+ *      destroyed as soon as nobody uses it (inode_maybe_free);
+ *  (3) a dinode read from disk passes inode_check before it is used.
+ */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "internal.h"
+#include "meta.h"
+
+
+
+static uint32_t ih_slot(struct shoal_fs *fs, uint64_t ino)
+{
+	return (uint32_t)((ino * 0x9e3779b97f4a7c15ull) >> 32) & fs->fs_ihmask;
+}
+
+static struct shoal_inode *ih_find(struct shoal_fs *fs, uint64_t ino)
+{
+	struct shoal_inode *ip = fs->fs_ihash[ih_slot(fs, ino)];
+	while (ip && ip->i_ino != ino)
+		ip = ip->i_hnext;
+	return ip;
+}
+
+static void ih_del(struct shoal_fs *fs, struct shoal_inode *ip)
+{
+	struct shoal_inode **pp = &fs->fs_ihash[ih_slot(fs, ip->i_ino)];
+	while (*pp && *pp != ip)
+		pp = &(*pp)->i_hnext;
+	if (*pp)
+		*pp = ip->i_hnext;
+	fs->fs_icount--;
+}
+
+static void ih_add(struct shoal_fs *fs, struct shoal_inode *ip)
+{
+	uint32_t s = ih_slot(fs, ip->i_ino);
+	ip->i_hnext = fs->fs_ihash[s];
+	fs->fs_ihash[s] = ip;
+	fs->fs_icount++;
+}
+
+int inode_check(struct shoal_fs *fs, struct shoal_buf *b)
+{
+	struct shoal_dinode *di = (void *)b->b_data;
+	uint32_t pay = SHOAL_DI_PAYLOAD(fs->fs_bsize);
+	mode_t t = di->di_mode & S_IFMT;
+
+	if (t != S_IFREG && t != S_IFDIR && t != S_IFLNK && t != S_IFCHR && t != S_IFBLK &&
+	    t != S_IFIFO && t != S_IFSOCK)
+		return fs_corrupt(fs, b->b_blkno, "inode has an invalid mode");
+	if (di->di_height > SHOAL_MAX_HEIGHT || di->di_depth > SHOAL_MAX_DEPTH)
+		return fs_corrupt(fs, b->b_blkno, "inode height or depth out of range");
+	if (t == S_IFDIR && !(di->di_flags & SHOAL_DIF_EXHASH)) {
+		struct shoal_inline_dir *id = (void *)(b->b_data + SHOAL_DI_PAYLOAD_OFF);
+		if (di->di_height != 0 || id->id_used > pay - sizeof(*id))
+			return fs_corrupt(fs, b->b_blkno, "inline directory overflows its inode");
+	} else if (di->di_height == 0 && di->di_size > pay && t != S_IFDIR) {
+		return fs_corrupt(fs, b->b_blkno, "inline data larger than the inode");
+	}
+	if (di->di_height && di->di_size > bmap_max_blocks(fs, di->di_height) << fs->fs_bshift &&
+	    t != S_IFDIR)
+		return fs_corrupt(fs, b->b_blkno, "file size beyond its block map");
+	if (di->di_blocks > fs->fs_sb.sb_blocks)
+		return fs_corrupt(fs, b->b_blkno, "inode block count out of range");
+	return 0;
+}
+
+int inode_get(struct shoal_fs *fs, uint64_t ino, struct shoal_inode **out)
+{
+	struct shoal_inode *ip = ih_find(fs, ino);
+	struct shoal_buf *b;
+	int err;
+
+	if (ip) {
+		if (ip->i_freed)
+			return -ESTALE;
+		ip->i_ref++;
+		*out = ip;
+		return 0;
+	}
+	if (ino < fs->fs_sb.sb_rgfirst || ino >= fs->fs_sb.sb_blocks - 1)
+		return -ESTALE;
+	err = buf_read(fs, ino, SHOAL_MT_DINODE, &b);
+	if (err)
+		return err;
+	err = inode_check(fs, b);
+	if (err) {
+		buf_put(fs, b);
+		return -EIO;
+	}
+	ip = calloc(1, sizeof(*ip));
+	if (!ip) {
+		buf_put(fs, b);
+		return -ENOMEM;
+	}
+	ip->i_ino = ino;
+	ip->i_bh = b;
+	ip->i_ref = 1;
+	ih_add(fs, ip);
+	*out = ip;
+	return 0;
+}
+
+static void inode_evict(struct shoal_fs *fs, struct shoal_inode *ip)
+{
+	if (!ip->i_freed)
+		ih_del(fs, ip);
+	buf_put(fs, ip->i_bh);
+	free(ip);
+}
+
+void inode_put(struct shoal_fs *fs, struct shoal_inode *ip)
+{
+	if (!ip)
+		return;
+	if (--ip->i_ref == 0 && ip->i_nlookup == 0 && ip->i_open == 0) {
+		if (!ip->i_freed && ip_di(ip)->di_nlink == 0 && !fs->fs_ro) {
+			ip->i_ref++;
+			inode_destroy(fs, ip);
+			ip->i_ref--;
+		}
+		inode_evict(fs, ip);
+	}
+}
+
+static uint64_t next_generation(void)
+{
+	static uint64_t last;
+	struct timespec ts;
+	clock_gettime(CLOCK_REALTIME, &ts);
+	uint64_t g = (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+	if (g <= last)
+		g = last + 1;
+	last = g;
+	return g;
+}
+
+void inode_touch(struct shoal_inode *ip, int atime, int mtime, int ctime)
+{
+	struct shoal_dinode *di = ip_di(ip);
+	struct timespec ts;
+	clock_gettime(CLOCK_REALTIME, &ts);
+	struct shoal_ts t = {.ts_sec = ts.tv_sec, .ts_nsec = (uint32_t)ts.tv_nsec};
+	if (atime)
+		di->di_atime = t;
+	if (mtime)
+		di->di_mtime = t;
+	if (ctime)
+		di->di_ctime = t;
+}
+
+int inode_alloc(struct shoal_fs *fs, struct shoal_inode *dir, mode_t mode, uid_t uid, gid_t gid,
+		struct shoal_inode **out)
+{
+	struct shoal_inode *ip;
+	struct shoal_dinode *di;
+	struct shoal_buf *b;
+	uint64_t blk;
+	uint32_t got;
+	int err;
+
+	err = rg_alloc(fs, dir ? dir->i_ino : 0, 1, SHOAL_B_DINODE, &blk, &got);
+	if (err)
+		return err;
+	err = buf_new(fs, blk, &b);
+	if (err)
+		goto out_free;
+	ip = calloc(1, sizeof(*ip));
+	if (!ip) {
+		buf_put(fs, b);
+		err = -ENOMEM;
+		goto out_free;
+	}
+	meta_seal(b->b_data, fs->fs_bsize, SHOAL_MT_DINODE, blk, 0);
+	trans_add(fs, b);
+	di = (void *)b->b_data;
+	di->di_mode = mode;
+	di->di_uid = uid;
+	di->di_gid = gid;
+	di->di_nlink = S_ISDIR(mode) ? 2 : 1;
+	di->di_blocks = 1;
+	di->di_generation = next_generation();
+	di->di_goal = blk;
+	ip->i_ino = blk;
+	ip->i_bh = b;
+	ip->i_ref = 1;
+	ip->i_meta_seq = ip->i_dsync_seq = fs->fs_j.j_seq;
+	inode_touch(ip, 1, 1, 1);
+	di->di_crtime = di->di_mtime;
+	ih_add(fs, ip);
+	*out = ip;
+	return 0;
+out_free:
+	rg_free(fs, blk, 1);
+	return err;
+}
+
+void inode_dirty(struct shoal_fs *fs, struct shoal_inode *ip, int dsync)
+{
+	trans_add(fs, ip->i_bh);
+	ip->i_meta_seq = fs->fs_j.j_seq;
+	if (dsync)
+		ip->i_dsync_seq = fs->fs_j.j_seq;
+}
+
+void inode_stat(struct shoal_fs *fs, struct shoal_inode *ip, struct stat *st)
+{
+	struct shoal_dinode *di = ip_di(ip);
+
+	memset(st, 0, sizeof(*st));
+	st->st_ino = ip->i_ino;
+	st->st_mode = di->di_mode;
+	st->st_nlink = di->di_nlink;
+	st->st_uid = di->di_uid;
+	st->st_gid = di->di_gid;
+	st->st_rdev = (dev_t)di->di_rdev;
+	st->st_size = (off_t)di->di_size;
+	if (S_ISDIR(di->di_mode) && !(di->di_flags & SHOAL_DIF_EXHASH))
+		st->st_size = fs->fs_bsize;
+	st->st_blksize = fs->fs_bsize;
+	st->st_blocks = (blkcnt_t)(di->di_blocks << (fs->fs_bshift - 9));
+	st->st_atim.tv_sec = di->di_atime.ts_sec;
+	st->st_atim.tv_nsec = di->di_atime.ts_nsec;
+	st->st_mtim.tv_sec = di->di_mtime.ts_sec;
+	st->st_mtim.tv_nsec = di->di_mtime.ts_nsec;
+	st->st_ctim.tv_sec = di->di_ctime.ts_sec;
+	st->st_ctim.tv_nsec = di->di_ctime.ts_nsec;
+}
+
+int inode_destroy(struct shoal_fs *fs, struct shoal_inode *ip)
+{
+	struct shoal_dinode *di = ip_di(ip);
+	int err;
+
+	if (ip->i_freed)
+		return 0;
+	err = trans_begin(fs, fs->fs_rgcount + SHOAL_MAX_HEIGHT + 4);
+	if (err)
+		return err;
+	if (S_ISDIR(di->di_mode)) {
+		err = dir_destroy(fs, ip);
+		if (err)
+			return err;
+	}
+	if (di->di_height) {
+		err = bmap_truncate(fs, ip, 0);
+		if (err)
+			return err;
+	}
+	if (di->di_xattr) {
+		err = rg_free(fs, di->di_xattr, 1);
+		if (err)
+			return err;
+	}
+	err = rg_free(fs, ip->i_ino, 1);
+	if (err)
+		return err;
+	ip->i_freed = 1;
+	ih_del(fs, ip);
+	return 0;
+}
+
+int inode_maybe_free(struct shoal_fs *fs, struct shoal_inode *ip)
+{
+	if (ip->i_freed || ip_di(ip)->di_nlink || ip->i_open || ip->i_nlookup)
+		return 0;
+	return inode_destroy(fs, ip);
+}

@@ -1,0 +1,241 @@
+/*
+ * internal.h - structures shared by the modules of libshoal.
+ *
+ * Concurrency: one mutex per mount, fs_lock, serialises every metadata
+ * operation and the journal; data-block I/O of an operation runs under it
+ * too.  Fields below say "fs_lock" when it protects them.  The commit thread
+ * takes fs_lock like any operation.
+ */
+#ifndef SHOAL_INTERNAL_H
+#define SHOAL_INTERNAL_H
+
+#include <pthread.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "dev.h"
+#include "shoal/ondisk.h"
+#include "shoal/shoal.h"
+
+/* --- buffer cache (buf.c) ---------------------------------------------- */
+
+#define BUF_DIRTY 0x1  /* in the running transaction: must be logged */
+#define BUF_PINNED 0x2 /* logged, not yet written home (checkpoint list) */
+#define BUF_NEW 0x4    /* contents made in memory, not read */
+#define BUF_STALE 0x8  /* block was freed: out of the hash, never written */
+
+struct shoal_buf {
+	uint64_t b_blkno;
+	uint8_t *b_data;
+	uint32_t b_flags;
+	uint32_t b_ref;
+	struct shoal_buf *b_hnext;              /* hash chain */
+	struct shoal_buf *b_lprev, *b_lnext;    /* LRU of unreferenced clean bufs */
+	struct shoal_buf *b_tnext;              /* running transaction list */
+	struct shoal_buf *b_cprev, *b_cnext;    /* checkpoint list */
+	uint64_t b_seq;                         /* transaction that last logged it */
+};
+
+struct shoal_bcache {
+	struct shoal_buf **bc_hash;
+	uint32_t bc_hmask;
+	uint64_t bc_count;
+	uint64_t bc_max;
+	struct shoal_buf bc_lru; /* list head: b_lnext is least recently used */
+};
+
+/* --- resource groups (rgrp.c) ------------------------------------------ */
+
+struct shoal_rgd {
+	uint32_t rd_index;
+	uint64_t rd_addr;  /* header block */
+	uint64_t rd_data0;
+	uint32_t rd_length;
+	uint32_t rd_free;    /* fs_lock; mirrors the header once loaded */
+	uint32_t rd_pending; /* freed blocks not yet reusable (see rgrp.c (2)) */
+	uint8_t *rd_pend_map; /* 1 bit per block, NULL when none pending */
+	uint32_t rd_last;    /* next-fit cursor */
+};
+
+/* --- inodes (inode.c) --------------------------------------------------- */
+
+struct shoal_inode {
+	uint64_t i_ino;
+	struct shoal_buf *i_bh; /* dinode buffer, referenced while in memory */
+	uint64_t i_nlookup;     /* FUSE lookup count */
+	uint32_t i_open;        /* open file handles */
+	uint32_t i_ref;         /* references held by running operations */
+	uint64_t i_meta_seq;    /* last transaction that changed this inode */
+	uint64_t i_dsync_seq;   /* same, for changes fdatasync must commit */
+	uint64_t i_data_gen;    /* dev write generation of its last data write */
+	int i_freed;            /* destroyed: out of the hash, blocks freed */
+	struct shoal_inode *i_hnext;
+};
+
+/* --- the mount ----------------------------------------------------------- */
+
+struct shoal_journal {
+	uint32_t j_index;
+	uint64_t j_addr;   /* first block (the journal head) */
+	uint32_t j_blocks; /* blocks, head included */
+	uint32_t j_head;   /* log position where the next transaction goes */
+	uint32_t j_tail;   /* oldest log position still needed */
+	uint64_t j_tail_seq;
+	uint64_t j_seq;           /* sequence of the running transaction */
+	uint32_t j_used;          /* log blocks between tail and head */
+	struct shoal_buf *j_trans; /* running transaction: BUF_DIRTY bufs */
+	uint32_t j_tcount;
+	struct shoal_buf j_ckpt;  /* checkpoint list head */
+	uint32_t j_ckpt_count;
+	int j_ordered;            /* data written into new blocks since the last flush */
+};
+
+struct shoal_fs {
+	struct shoal_dev *fs_dev;
+	struct shoal_sb fs_sb;
+	uint32_t fs_bsize;
+	uint32_t fs_bshift;
+	struct shoal_mount_opts fs_opts;
+	char fs_node[SHOAL_LOCKNAME_LEN];
+	int fs_ro;
+	char fs_err[160];
+
+	pthread_mutex_t fs_lock;
+	struct shoal_bcache fs_bc;  /* fs_lock */
+	struct shoal_journal fs_j;  /* fs_lock */
+	struct shoal_rgd *fs_rgds;  /* fs_lock */
+	uint32_t fs_rgcount;
+	uint32_t fs_rg_alloc;       /* fs_lock: group to allocate from next */
+	struct shoal_inode **fs_ihash; /* fs_lock */
+	uint32_t fs_ihmask;
+	uint64_t fs_icount;
+
+	pthread_t fs_commit_thread;
+	pthread_cond_t fs_commit_cond;
+	int fs_stopping;
+	int fs_commit_started;
+
+	struct shoal_counters fs_ctr; /* fs_lock (read without it: racy is fine) */
+};
+
+static inline struct shoal_dinode *ip_di(struct shoal_inode *ip)
+{
+	return (struct shoal_dinode *)ip->i_bh->b_data;
+}
+
+/* Report a corrupt block once and count it; returns -EUCLEAN. */
+int fs_corrupt(struct shoal_fs *fs, uint64_t blkno, const char *what);
+/* Turn the mount read-only after a shared structure failed. */
+void fs_error(struct shoal_fs *fs, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+
+/* buf.c */
+int bc_init(struct shoal_fs *fs);
+void bc_destroy(struct shoal_fs *fs);
+/* Read (and check) a metadata block of the given type; type 0 = no check. */
+int buf_read(struct shoal_fs *fs, uint64_t blkno, uint16_t type, struct shoal_buf **out);
+/* A block about to be filled from scratch: zeroed, not read. */
+int buf_new(struct shoal_fs *fs, uint64_t blkno, struct shoal_buf **out);
+void buf_put(struct shoal_fs *fs, struct shoal_buf *b);
+/* Drop a cached block that was freed (no longer metadata). */
+void buf_forget(struct shoal_fs *fs, uint64_t blkno);
+void buf_shrink(struct shoal_fs *fs);
+
+/* journal.c */
+int jnl_load(struct shoal_fs *fs, uint32_t index);
+/* Replay journal index (ours at mount, another node's in recovery). */
+int jnl_recover(struct shoal_fs *fs, uint32_t index, uint32_t *replayed);
+/* Reserve room for an operation that will dirty up to nblocks. */
+int trans_begin(struct shoal_fs *fs, uint32_t nblocks);
+/* Add a buffer to the running transaction before changing it. */
+void trans_add(struct shoal_fs *fs, struct shoal_buf *b);
+int jnl_commit(struct shoal_fs *fs);
+int jnl_checkpoint(struct shoal_fs *fs);
+int jnl_mark_clean(struct shoal_fs *fs, int clean);
+/* Is transaction seq durable? */
+static inline int jnl_committed(struct shoal_fs *fs, uint64_t seq)
+{
+	return seq < fs->fs_j.j_seq || fs->fs_j.j_tcount == 0;
+}
+
+/* rgrp.c */
+int rg_load(struct shoal_fs *fs);
+void rg_destroy(struct shoal_fs *fs);
+/* Allocate n (1..) contiguous-if-possible blocks near goal; *got <= n. */
+int rg_alloc(struct shoal_fs *fs, uint64_t goal, uint32_t n, int state, uint64_t *first,
+	     uint32_t *got);
+int rg_free(struct shoal_fs *fs, uint64_t blkno, uint32_t n);
+int rg_set_state(struct shoal_fs *fs, uint64_t blkno, int state);
+int rg_get_state(struct shoal_fs *fs, uint64_t blkno, int *state);
+/* Blocks freed in committed transactions become reusable after checkpoint. */
+void rg_release_pending(struct shoal_fs *fs);
+uint64_t rg_free_total(struct shoal_fs *fs);
+uint64_t rg_pending_total(struct shoal_fs *fs);
+/* Free UNLINKED dinodes nobody has open (mount time). */
+int rg_reap_unlinked(struct shoal_fs *fs, uint32_t *reaped);
+
+/* inode.c */
+int inode_get(struct shoal_fs *fs, uint64_t ino, struct shoal_inode **out);
+void inode_put(struct shoal_fs *fs, struct shoal_inode *ip);
+int inode_alloc(struct shoal_fs *fs, struct shoal_inode *dir, mode_t mode, uid_t uid, gid_t gid,
+		struct shoal_inode **out);
+void inode_dirty(struct shoal_fs *fs, struct shoal_inode *ip, int dsync);
+void inode_stat(struct shoal_fs *fs, struct shoal_inode *ip, struct stat *st);
+void inode_touch(struct shoal_inode *ip, int atime, int mtime, int ctime);
+/* Free the inode's blocks and the dinode (nlink 0, unused). */
+int inode_destroy(struct shoal_fs *fs, struct shoal_inode *ip);
+/* Called when nlink, nlookup or i_open may have reached zero. */
+int inode_maybe_free(struct shoal_fs *fs, struct shoal_inode *ip);
+int inode_check(struct shoal_fs *fs, struct shoal_buf *b);
+
+/* bmap.c */
+/* Map logical block lblk: *pblk 0 for a hole; *run = contiguous blocks. */
+int bmap_get(struct shoal_fs *fs, struct shoal_inode *ip, uint64_t lblk, uint64_t *pblk,
+	     uint32_t *run);
+/* Map, allocating data blocks for holes; *isnew set if newly allocated. */
+int bmap_alloc(struct shoal_fs *fs, struct shoal_inode *ip, uint64_t lblk, uint32_t want,
+	       uint64_t *pblk, uint32_t *run, int *isnew);
+/* Free every block at logical >= lblk (and holes in [punch_start, punch_end) */
+int bmap_truncate(struct shoal_fs *fs, struct shoal_inode *ip, uint64_t lblk);
+int bmap_punch(struct shoal_fs *fs, struct shoal_inode *ip, uint64_t lstart, uint64_t lend);
+/* Move inline data into a first data block. */
+int bmap_unstuff(struct shoal_fs *fs, struct shoal_inode *ip);
+/* Next logical block >= lblk that is mapped (data) or a hole; -ENXIO none */
+int bmap_seek(struct shoal_fs *fs, struct shoal_inode *ip, uint64_t lblk, int data,
+	      uint64_t *out);
+uint64_t bmap_max_blocks(struct shoal_fs *fs, uint32_t height);
+
+/* file.c */
+ssize_t file_read(struct shoal_fs *fs, struct shoal_inode *ip, void *buf, size_t size,
+		  uint64_t off);
+ssize_t file_write(struct shoal_fs *fs, struct shoal_inode *ip, const void *buf, size_t size,
+		   uint64_t off);
+int file_truncate(struct shoal_fs *fs, struct shoal_inode *ip, uint64_t size);
+
+/* dir.c */
+int dir_lookup(struct shoal_fs *fs, struct shoal_inode *dp, const char *name, uint64_t *ino,
+	       uint8_t *type);
+int dir_add(struct shoal_fs *fs, struct shoal_inode *dp, const char *name, uint64_t ino,
+	    uint8_t type);
+int dir_remove(struct shoal_fs *fs, struct shoal_inode *dp, const char *name);
+/* Point an existing entry at another inode. */
+int dir_replace(struct shoal_fs *fs, struct shoal_inode *dp, const char *name, uint64_t ino,
+		uint8_t type);
+typedef int (*dir_iter_fn)(void *arg, const char *name, size_t len, uint64_t ino, uint8_t type,
+			   uint64_t hash);
+int dir_iterate(struct shoal_fs *fs, struct shoal_inode *dp, uint64_t after, dir_iter_fn fn,
+		void *arg);
+void dir_init_inline(struct shoal_fs *fs, struct shoal_inode *dp);
+/* Make sure name can be added without restructuring (call before the
+ * operation's own trans_begin: it may commit in between steps). */
+int dir_make_room(struct shoal_fs *fs, struct shoal_inode *dp, const char *name);
+int dir_destroy(struct shoal_fs *fs, struct shoal_inode *dp);
+
+/* xattr.c */
+int xattr_set(struct shoal_fs *fs, struct shoal_inode *ip, const char *name, const void *value,
+	      size_t size, int flags);
+ssize_t xattr_get(struct shoal_fs *fs, struct shoal_inode *ip, const char *name, void *value,
+		  size_t size);
+ssize_t xattr_list(struct shoal_fs *fs, struct shoal_inode *ip, char *list, size_t size);
+int xattr_remove(struct shoal_fs *fs, struct shoal_inode *ip, const char *name);
+
+#endif

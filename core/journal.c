@@ -1,0 +1,449 @@
+/*
+ * journal.c - the node's journal: transactions, commit, checkpoint, replay.
+ *
+ * Metadata changes go into one running transaction (j_trans): an operation
+ * calls trans_begin() with the number of blocks it may dirty, then
+ * trans_add() on each buffer before changing it.  jnl_commit() writes the
+ * transaction to the log as descriptors + block images and flushes once;
+ * jnl_checkpoint() writes logged buffers home and moves the tail.
+ *
+ * Invariants:
+ *  (1) a transaction is durable only as a whole: replay accepts it only if
+ *      every descriptor and every image checksum is valid (FORMAT.md);
+ *  (2) ordered data: data written into newly allocated blocks is flushed
+ *      before the commit that makes metadata point to it (j_ordered);
+ *  (3) the log never overwrites a transaction that is not checkpointed:
+ *      j_used counts blocks from tail to head, and a commit that would not
+ *      fit checkpoints first;
+ *  (4) the journal head on disk is durable before log space before its
+ *      tail is reused (checkpoint writes it, then flushes);
+ *  (5) a freed block is not reused before the transaction that freed it is
+ *      checkpointed (rg_release_pending), so replay never overwrites it.
+ *
+ * Position p of the log (1 .. j_blocks-1) is block j_addr + p.
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "crc32c.h"
+#include "internal.h"
+#include "meta.h"
+
+static uint32_t log_next(struct shoal_journal *j, uint32_t pos)
+{
+	return pos + 1 >= j->j_blocks ? 1 : pos + 1;
+}
+
+static uint32_t log_capacity(struct shoal_journal *j)
+{
+	return j->j_blocks - 1;
+}
+
+static uint32_t desc_count(struct shoal_fs *fs, uint32_t nblocks)
+{
+	uint32_t per = SHOAL_LDESC_TAGS(fs->fs_bsize);
+	return nblocks ? (nblocks + per - 1) / per : 0;
+}
+
+static int jhead_write(struct shoal_fs *fs, struct shoal_journal *j, uint32_t flags)
+{
+	uint8_t *blk = calloc(1, fs->fs_bsize);
+	struct shoal_jhead *jh = (void *)blk;
+	int err;
+
+	if (!blk)
+		return -ENOMEM;
+	jh->jh_index = j->j_index;
+	jh->jh_flags = flags;
+	jh->jh_tail = j->j_tail;
+	jh->jh_tail_seq = j->j_tail_seq;
+	jh->jh_time = time(NULL);
+	snprintf(jh->jh_node, sizeof(jh->jh_node), "%s", fs->fs_node);
+	meta_seal(blk, fs->fs_bsize, SHOAL_MT_JHEAD, j->j_addr, 0);
+	err = dev_write(fs->fs_dev, blk, fs->fs_bsize, j->j_addr << fs->fs_bshift);
+	free(blk);
+	return err;
+}
+
+static int jhead_read(struct shoal_fs *fs, uint32_t index, struct shoal_jhead *out,
+		      uint64_t *addr)
+{
+	uint8_t *blk;
+	int err;
+
+	if (index >= fs->fs_sb.sb_jcount)
+		return -EINVAL;
+	*addr = fs->fs_sb.sb_jfirst + (uint64_t)index * fs->fs_sb.sb_jblocks;
+	blk = malloc(fs->fs_bsize);
+	if (!blk)
+		return -ENOMEM;
+	err = dev_read(fs->fs_dev, blk, fs->fs_bsize, *addr << fs->fs_bshift);
+	if (!err && meta_check(blk, fs->fs_bsize, SHOAL_MT_JHEAD, *addr))
+		err = fs_corrupt(fs, *addr, "journal head");
+	if (!err) {
+		memcpy(out, blk, sizeof(*out));
+		if (out->jh_tail < 1 || out->jh_tail >= fs->fs_sb.sb_jblocks ||
+		    out->jh_index != index)
+			err = fs_corrupt(fs, *addr, "journal head tail out of range");
+	}
+	free(blk);
+	return err;
+}
+
+int jnl_load(struct shoal_fs *fs, uint32_t index)
+{
+	struct shoal_journal *j = &fs->fs_j;
+	struct shoal_jhead jh;
+	uint64_t addr;
+	int err = jhead_read(fs, index, &jh, &addr);
+
+	if (err)
+		return err;
+	j->j_index = index;
+	j->j_addr = addr;
+	j->j_blocks = fs->fs_sb.sb_jblocks;
+	j->j_tail = j->j_head = (uint32_t)jh.jh_tail;
+	j->j_tail_seq = j->j_seq = jh.jh_tail_seq;
+	j->j_used = 0;
+	j->j_ckpt.b_cnext = j->j_ckpt.b_cprev = &j->j_ckpt;
+	return 0;
+}
+
+int jnl_mark_clean(struct shoal_fs *fs, int clean)
+{
+	int err = jhead_write(fs, &fs->fs_j, clean ? SHOAL_JH_CLEAN : 0);
+	if (!err)
+		err = dev_flush(fs->fs_dev);
+	return err;
+}
+
+/*
+ * Replay: collect one transaction at a time in memory, and write it home
+ * only once all of it has been validated.  Replaying twice writes the same
+ * images again, so a crash during recovery is harmless.
+ */
+int jnl_recover(struct shoal_fs *fs, uint32_t index, uint32_t *replayed)
+{
+	struct shoal_journal jt = {0};
+	struct shoal_jhead jh;
+	uint32_t bs = fs->fs_bsize, cap, pos, head, scanned = 0, ntx = 0;
+	uint64_t addr, seq, *homes = NULL;
+	uint8_t *imgs = NULL, *desc = NULL;
+	int err;
+
+	err = jhead_read(fs, index, &jh, &addr);
+	if (err)
+		return err;
+	jt.j_blocks = fs->fs_sb.sb_jblocks;
+	cap = log_capacity(&jt);
+	homes = malloc(sizeof(*homes) * cap);
+	imgs = malloc((size_t)cap * bs);
+	desc = malloc(bs);
+	if (!homes || !imgs || !desc) {
+		err = -ENOMEM;
+		goto out_free;
+	}
+	head = pos = (uint32_t)jh.jh_tail;
+	seq = jh.jh_tail_seq;
+	for (;;) {
+		uint32_t used = 0, n = 0;
+		int complete = 0;
+
+		while (!complete) {
+			struct shoal_ldesc *ld = (void *)desc;
+			struct shoal_ltag *tags = (void *)(desc + SHOAL_LDESC_TAG_OFF);
+			uint64_t daddr = addr + pos;
+
+			if (scanned + used >= cap)
+				goto replay_done;
+			if (dev_read(fs->fs_dev, desc, bs, daddr << fs->fs_bshift))
+				goto replay_done;
+			if (meta_check(desc, bs, SHOAL_MT_LDESC, daddr) || ld->ld_header.mh_seq != seq ||
+			    ld->ld_count > SHOAL_LDESC_TAGS(bs) || ld->ld_count == 0)
+				goto replay_done;
+			pos = log_next(&jt, pos);
+			used++;
+			for (uint32_t i = 0; i < ld->ld_count; i++) {
+				uint8_t *img = imgs + (size_t)n * bs;
+				if (scanned + used >= cap)
+					goto replay_done;
+				if (dev_read(fs->fs_dev, img, bs, (addr + pos) << fs->fs_bshift))
+					goto replay_done;
+				if (crc32c(0, img, bs) != tags[i].lt_crc || tags[i].lt_blkno == 0 ||
+				    tags[i].lt_blkno >= fs->fs_sb.sb_blocks)
+					goto replay_done;
+				homes[n++] = tags[i].lt_blkno;
+				pos = log_next(&jt, pos);
+				used++;
+			}
+			complete = (ld->ld_flags & SHOAL_LD_LAST) != 0;
+		}
+		for (uint32_t i = 0; i < n; i++) {
+			err = dev_write(fs->fs_dev, imgs + (size_t)i * bs, bs, homes[i] << fs->fs_bshift);
+			if (err)
+				goto out_free;
+		}
+		scanned += used;
+		head = pos;
+		seq++;
+		ntx++;
+	}
+replay_done:
+	if (ntx > 0) {
+		struct shoal_journal jw = {.j_index = index, .j_addr = addr, .j_tail = head,
+					   .j_tail_seq = seq};
+		err = dev_flush(fs->fs_dev);
+		if (!err)
+			err = jhead_write(fs, &jw, 0);
+		if (!err)
+			err = dev_flush(fs->fs_dev);
+	}
+out_free:
+	free(homes);
+	free(imgs);
+	free(desc);
+	if (replayed)
+		*replayed = ntx;
+	return err;
+}
+
+static uint32_t trans_max(struct shoal_journal *j)
+{
+	return log_capacity(j) / 4;
+}
+
+int trans_begin(struct shoal_fs *fs, uint32_t nblocks)
+{
+	struct shoal_journal *j = &fs->fs_j;
+	uint32_t need;
+	int err;
+
+	if (fs->fs_ro)
+		return -EROFS;
+	need = j->j_tcount + nblocks;
+	need += desc_count(fs, need);
+	if (need > trans_max(j) && j->j_tcount) {
+		err = jnl_commit(fs);
+		if (err)
+			return err;
+		need = nblocks + desc_count(fs, nblocks);
+	}
+	if (need > trans_max(j))
+		return -EFBIG; /* one operation larger than a quarter of the log */
+	if (j->j_used + need > log_capacity(j)) {
+		err = jnl_checkpoint(fs);
+		if (err)
+			return err;
+	}
+	return 0;
+}
+
+void trans_add(struct shoal_fs *fs, struct shoal_buf *b)
+{
+	struct shoal_journal *j = &fs->fs_j;
+
+	if (b->b_flags & BUF_DIRTY)
+		return;
+	b->b_flags |= BUF_DIRTY;
+	b->b_ref++; /* the transaction's reference; b_ref > 0 so not on the LRU */
+	b->b_tnext = j->j_trans;
+	j->j_trans = b;
+	j->j_tcount++;
+}
+
+static void ckpt_add(struct shoal_journal *j, struct shoal_buf *b)
+{
+	b->b_cnext = &j->j_ckpt;
+	b->b_cprev = j->j_ckpt.b_cprev;
+	j->j_ckpt.b_cprev->b_cnext = b;
+	j->j_ckpt.b_cprev = b;
+	j->j_ckpt_count++;
+}
+
+static void ckpt_del(struct shoal_journal *j, struct shoal_buf *b)
+{
+	b->b_cprev->b_cnext = b->b_cnext;
+	b->b_cnext->b_cprev = b->b_cprev;
+	b->b_cnext = b->b_cprev = NULL;
+	j->j_ckpt_count--;
+}
+
+/* Write nblk blocks from buf to the log starting at position pos. */
+static int log_write(struct shoal_fs *fs, struct shoal_journal *j, uint32_t pos,
+		     const uint8_t *buf, uint32_t nblk)
+{
+	while (nblk) {
+		uint32_t run = j->j_blocks - pos;
+		if (run > nblk)
+			run = nblk;
+		int err = dev_write(fs->fs_dev, buf, (size_t)run * fs->fs_bsize,
+				    (j->j_addr + pos) << fs->fs_bshift);
+		if (err)
+			return err;
+		buf += (size_t)run * fs->fs_bsize;
+		nblk -= run;
+		pos = pos + run >= j->j_blocks ? 1 : pos + run;
+	}
+	return 0;
+}
+
+int jnl_commit(struct shoal_fs *fs)
+{
+	struct shoal_journal *j = &fs->fs_j;
+	uint32_t bs = fs->fs_bsize, per = SHOAL_LDESC_TAGS(bs), live = 0, ndesc, total, k;
+	struct shoal_buf *b, *next, **list;
+	uint8_t *log;
+	int err;
+
+	if (j->j_tcount == 0)
+		return 0;
+	if (fs->fs_ro)
+		return -EROFS;
+	list = malloc(sizeof(*list) * j->j_tcount);
+	if (!list)
+		return -ENOMEM;
+	for (b = j->j_trans; b; b = b->b_tnext)
+		if (!(b->b_flags & BUF_STALE))
+			list[live++] = b;
+	ndesc = desc_count(fs, live);
+	total = ndesc + live;
+	log = NULL;
+	err = 0;
+	if (live) {
+		log = malloc((size_t)total * bs);
+		if (!log) {
+			free(list);
+			return -ENOMEM;
+		}
+		k = 0;
+		for (uint32_t d = 0; d < ndesc; d++) {
+			uint8_t *dblk = log + (size_t)k * bs;
+			struct shoal_ldesc *ld = (void *)dblk;
+			struct shoal_ltag *tags = (void *)(dblk + SHOAL_LDESC_TAG_OFF);
+			uint32_t first = d * per, cnt = live - first < per ? live - first : per;
+			uint32_t dpos = (j->j_head + k - 1) % log_capacity(j) + 1;
+
+			memset(dblk, 0, bs);
+			ld->ld_count = cnt;
+			ld->ld_flags = d == ndesc - 1 ? SHOAL_LD_LAST : 0;
+			ld->ld_time = time(NULL);
+			k++;
+			for (uint32_t i = 0; i < cnt; i++, k++) {
+				struct shoal_buf *lb = list[first + i];
+				uint8_t *img = log + (size_t)k * bs;
+				struct shoal_mh *mh = (void *)lb->b_data;
+				mh->mh_seq = j->j_seq;
+				meta_update_crc(lb->b_data, bs);
+				memcpy(img, lb->b_data, bs);
+				tags[i].lt_blkno = lb->b_blkno;
+				tags[i].lt_crc = crc32c(0, img, bs);
+			}
+			meta_seal(dblk, bs, SHOAL_MT_LDESC, j->j_addr + dpos, j->j_seq);
+		}
+		if (j->j_ordered)
+			err = dev_flush(fs->fs_dev);
+		if (!err)
+			err = log_write(fs, j, j->j_head, log, total);
+		if (!err)
+			err = dev_flush(fs->fs_dev);
+		free(log);
+		if (err) {
+			free(list);
+			fs_error(fs, "journal commit failed: %s", strerror(-err));
+			return err;
+		}
+		j->j_ordered = 0;
+	}
+	for (b = j->j_trans; b; b = next) {
+		next = b->b_tnext;
+		b->b_tnext = NULL;
+		b->b_flags &= ~(BUF_DIRTY | BUF_NEW);
+		if (b->b_flags & BUF_STALE) {
+			if (b->b_flags & BUF_PINNED) {
+				b->b_flags &= ~BUF_PINNED;
+				ckpt_del(j, b);
+				buf_put(fs, b);
+			}
+		} else if (!(b->b_flags & BUF_PINNED)) {
+			b->b_flags |= BUF_PINNED;
+			b->b_seq = j->j_seq;
+			ckpt_add(j, b);
+			continue; /* the transaction's reference becomes the checkpoint's */
+		}
+		b->b_seq = j->j_seq;
+		buf_put(fs, b);
+	}
+	free(list);
+	j->j_trans = NULL;
+	j->j_tcount = 0;
+	if (total == 0)
+		return 0; /* everything was freed again: no sequence number used */
+	j->j_head = (j->j_head + total - 1) % log_capacity(j) + 1;
+	j->j_used += total;
+	j->j_seq++;
+	fs->fs_ctr.sc_commits++;
+	fs->fs_ctr.sc_commit_blocks += total;
+	return 0;
+}
+
+static int cmp_blkno(const void *a, const void *b)
+{
+	const struct shoal_buf *x = *(struct shoal_buf *const *)a;
+	const struct shoal_buf *y = *(struct shoal_buf *const *)b;
+	return x->b_blkno < y->b_blkno ? -1 : x->b_blkno > y->b_blkno;
+}
+
+int jnl_checkpoint(struct shoal_fs *fs)
+{
+	struct shoal_journal *j = &fs->fs_j;
+	struct shoal_buf *b, **list = NULL;
+	uint32_t n = 0;
+	int err;
+
+	err = jnl_commit(fs);
+	if (err)
+		return err;
+	if (j->j_ckpt_count) {
+		list = malloc(sizeof(*list) * j->j_ckpt_count);
+		if (!list)
+			return -ENOMEM;
+		for (b = j->j_ckpt.b_cnext; b != &j->j_ckpt; b = b->b_cnext)
+			list[n++] = b;
+		qsort(list, n, sizeof(*list), cmp_blkno);
+		for (uint32_t i = 0; i < n && !err; i++)
+			if (!(list[i]->b_flags & BUF_STALE))
+				err = dev_write(fs->fs_dev, list[i]->b_data, fs->fs_bsize,
+						list[i]->b_blkno << fs->fs_bshift);
+		if (!err)
+			err = dev_flush(fs->fs_dev);
+		if (err) {
+			free(list);
+			fs_error(fs, "checkpoint failed: %s", strerror(-err));
+			return err;
+		}
+	}
+	j->j_tail = j->j_head;
+	j->j_tail_seq = j->j_seq;
+	j->j_used = 0;
+	err = jhead_write(fs, j, 0);
+	if (!err)
+		err = dev_flush(fs->fs_dev);
+	if (err) {
+		free(list);
+		fs_error(fs, "journal head update failed: %s", strerror(-err));
+		return err;
+	}
+	for (uint32_t i = 0; i < n; i++) {
+		b = list[i];
+		b->b_flags &= ~BUF_PINNED;
+		ckpt_del(j, b);
+		buf_put(fs, b);
+	}
+	free(list);
+	rg_release_pending(fs);
+	fs->fs_ctr.sc_checkpoints++;
+	return 0;
+}

@@ -1,0 +1,98 @@
+/*
+ * meta.c - the metadata block header (struct shoal_mh) and the directory
+ * name hash, as docs/FORMAT.md and the format notes define them.  Every
+ * module that writes a metadata block seals it here, and every module that
+ * reads one checks it here, so the encoding lives in one place.
+ *
+ * Invariants:
+ *  (1) a sealed block has mh_magic SHOAL_MAGIC, mh_format SHOAL_FORMAT,
+ *      mh_pad 0, and mh_crc = CRC32C of all bsize bytes with mh_crc read as
+ *      zero;
+ *  (2) meta_check() accepts exactly the blocks meta_seal() can produce for
+ *      that type and address: a block written to the wrong place, or with any
+ *      bit changed, is -EUCLEAN;
+ *  (3) meta_name_hash() depends only on (seed, name bytes): it is part of the
+ *      format (directory entries are sorted and found by it) and must never
+ *      change; its result is in [3, 2^63), leaving offsets 0..2 to readdir's
+ *      start, "." and "..".
+ */
+#include "meta.h"
+
+#include <assert.h>
+#include <errno.h>
+#include <string.h>
+
+#include "crc32c.h"
+#include "shoal/ondisk.h"
+
+/* mh_crc sits at byte 8 of the header; the CRC treats it as four zero bytes. */
+#define MH_CRC_OFF offsetof(struct shoal_mh, mh_crc)
+_Static_assert(offsetof(struct shoal_mh, mh_crc) == 8, "mh_crc offset");
+
+uint32_t meta_crc(const void *block, uint32_t bsize)
+{
+	static const uint8_t zero[4];
+	const uint8_t *b = block;
+	uint32_t crc;
+
+	assert(bsize >= sizeof(struct shoal_mh));
+	crc = crc32c(0, b, MH_CRC_OFF);
+	crc = crc32c(crc, zero, sizeof(zero));
+	return crc32c(crc, b + MH_CRC_OFF + 4, bsize - MH_CRC_OFF - 4);
+}
+
+void meta_update_crc(void *block, uint32_t bsize)
+{
+	struct shoal_mh *mh = block;
+
+	mh->mh_crc = meta_crc(block, bsize);
+}
+
+void meta_seal(void *block, uint32_t bsize, uint16_t type, uint64_t blkno, uint64_t seq)
+{
+	struct shoal_mh *mh = block;
+
+	assert(type > 0 && type < SHOAL_MT_MAX);
+	mh->mh_magic = SHOAL_MAGIC;
+	mh->mh_type = type;
+	mh->mh_format = SHOAL_FORMAT;
+	mh->mh_pad = 0;
+	mh->mh_blkno = blkno;
+	mh->mh_seq = seq;
+	meta_update_crc(block, bsize);
+}
+
+int meta_check(const void *block, uint32_t bsize, uint16_t type, uint64_t blkno)
+{
+	const struct shoal_mh *mh = block;
+
+	if (mh->mh_magic != SHOAL_MAGIC || mh->mh_format != SHOAL_FORMAT)
+		return -EUCLEAN;
+	if (type ? mh->mh_type != type : (mh->mh_type == 0 || mh->mh_type >= SHOAL_MT_MAX))
+		return -EUCLEAN;
+	if (mh->mh_blkno != blkno)
+		return -EUCLEAN;
+	if (mh->mh_crc != meta_crc(block, bsize))
+		return -EUCLEAN;
+	return 0;
+}
+
+uint64_t meta_name_hash(uint64_t seed, const char *name, size_t len)
+{
+	const unsigned char *p = (const unsigned char *)name;
+	uint64_t h = seed ^ 0xcbf29ce484222325ull;
+
+	for (size_t i = 0; i < len; i++) {
+		h ^= p[i];
+		h *= 0x100000001b3ull;
+	}
+	h ^= h >> 33;
+	h *= 0xff51afd7ed558ccdull;
+	h ^= h >> 33;
+	h *= 0xc4ceb9fe1a85ec53ull;
+	h ^= h >> 33;
+	h >>= 1;
+	if (h < 3)
+		h += 3;
+	return h;
+}

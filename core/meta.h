@@ -1,0 +1,31 @@
+/* meta.h - sealing and checking metadata blocks, and the directory name hash:
+ * the one place that encodes the shoal_mh rules of docs/FORMAT.md. */
+#ifndef SHOAL_META_H
+#define SHOAL_META_H
+#include <stddef.h>
+#include <stdint.h>
+
+/*
+ * Set the header of a whole metadata block of bsize bytes (magic, type,
+ * format, blkno, seq; mh_pad zero) and recompute its CRC.  Call it last,
+ * after every other byte of the block is final.
+ */
+void meta_seal(void *block, uint32_t bsize, uint16_t type, uint64_t blkno, uint64_t seq);
+
+/* Recompute mh_crc only, after changing a block whose header is already set. */
+void meta_update_crc(void *block, uint32_t bsize);
+
+/* CRC32C of the block as mh_crc must hold it: computed with mh_crc as zero. */
+uint32_t meta_crc(const void *block, uint32_t bsize);
+
+/*
+ * Check a metadata block read from blkno: magic, format, type (type 0 accepts
+ * any known type), mh_blkno and CRC.  0 if valid, -EUCLEAN otherwise.  Does
+ * not log: the caller names the block in its own report.
+ */
+int meta_check(const void *block, uint32_t bsize, uint16_t type, uint64_t blkno);
+
+/* The 63-bit directory name hash (also the readdir offset); always >= 3. */
+uint64_t meta_name_hash(uint64_t seed, const char *name, size_t len);
+
+#endif

@@ -1,0 +1,1214 @@
+/*
+ * ops.c - the operations of include/shoal/shoal.h: each takes fs_lock,
+ * reserves its journal space, does its work through the inode, directory,
+ * file and xattr modules, and returns 0 / size / -errno.
+ *
+ * Permission checks (rwx, sticky directories, ownership for chmod/chown)
+ * are made by the kernel from our attributes (shoal-mount always mounts
+ * with default_permissions); this layer enforces what the kernel cannot
+ * know: the immutable and append-only flags, name rules, link limits,
+ * emptiness and cycles for rename, and set-group-ID inheritance.
+ *
+ * Invariants:
+ *  (1) an operation calls trans_begin only at points where the filesystem
+ *      is consistent (dir_make_room before the operation's own reservation);
+ *  (2) every inode_get is paired with an inode_put before the lock drops.
+ */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <linux/falloc.h>
+#include <linux/fs.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "internal.h"
+
+#define SHOAL_LINK_MAX 65000
+
+#define LOCK(fs) pthread_mutex_lock(&(fs)->fs_lock)
+#define UNLOCK(fs) pthread_mutex_unlock(&(fs)->fs_lock)
+
+static int check_name(const char *name)
+{
+	size_t len = strlen(name);
+	if (len == 0 || strchr(name, '/'))
+		return -EINVAL;
+	if (len > SHOAL_NAME_MAX)
+		return -ENAMETOOLONG;
+	return 0;
+}
+
+static int is_dot(const char *name)
+{
+	return !strcmp(name, ".") || !strcmp(name, "..");
+}
+
+static uint8_t mode_dt(mode_t m)
+{
+	return (uint8_t)IFTODT(m);
+}
+
+static int get_dir(struct shoal_fs *fs, uint64_t ino, struct shoal_inode **out)
+{
+	int err = inode_get(fs, ino, out);
+	if (err)
+		return err;
+	if (!S_ISDIR(ip_di(*out)->di_mode)) {
+		inode_put(fs, *out);
+		return -ENOTDIR;
+	}
+	if (ip_di(*out)->di_nlink == 0) {
+		inode_put(fs, *out);
+		return -ENOENT; /* removed directory */
+	}
+	return 0;
+}
+
+static int nochange_flags(struct shoal_inode *ip)
+{
+	return ip_di(ip)->di_flags & (SHOAL_DIF_IMMUTABLE | SHOAL_DIF_APPEND);
+}
+
+/* Blocks an operation may dirty besides allocations. */
+#define RES_META 24
+
+int shoal_lookup(struct shoal_fs *fs, uint64_t parent, const char *name, struct stat *st)
+{
+	struct shoal_inode *dp, *ip;
+	uint64_t ino;
+	int err = check_name(name);
+
+	if (err && strcmp(name, "..") && strcmp(name, "."))
+		return err;
+	LOCK(fs);
+	err = get_dir(fs, parent, &dp);
+	if (err)
+		goto out;
+	if (!strcmp(name, "."))
+		ino = parent;
+	else if (!strcmp(name, ".."))
+		ino = ip_di(dp)->di_parent ? ip_di(dp)->di_parent : parent;
+	else
+		err = dir_lookup(fs, dp, name, &ino, NULL);
+	inode_put(fs, dp);
+	if (err)
+		goto out;
+	err = inode_get(fs, ino, &ip);
+	if (err) {
+		if (err == -ESTALE)
+			err = -EIO; /* entry points at something that is not an inode */
+		goto out;
+	}
+	ip->i_nlookup++;
+	inode_stat(fs, ip, st);
+	inode_put(fs, ip);
+out:
+	UNLOCK(fs);
+	return err;
+}
+
+void shoal_forget(struct shoal_fs *fs, uint64_t ino, uint64_t nlookup)
+{
+	struct shoal_inode *ip;
+	LOCK(fs);
+	if (inode_get(fs, ino, &ip) == 0) {
+		ip->i_nlookup = ip->i_nlookup > nlookup ? ip->i_nlookup - nlookup : 0;
+		inode_put(fs, ip);
+	}
+	UNLOCK(fs);
+}
+
+int shoal_getattr(struct shoal_fs *fs, uint64_t ino, struct stat *st)
+{
+	struct shoal_inode *ip;
+	int err;
+	LOCK(fs);
+	err = inode_get(fs, ino, &ip);
+	if (!err) {
+		inode_stat(fs, ip, st);
+		inode_put(fs, ip);
+	}
+	UNLOCK(fs);
+	return err;
+}
+
+uint64_t shoal_generation(struct shoal_fs *fs, uint64_t ino)
+{
+	struct shoal_inode *ip;
+	uint64_t g = 0;
+	LOCK(fs);
+	if (inode_get(fs, ino, &ip) == 0) {
+		g = ip_di(ip)->di_generation;
+		inode_put(fs, ip);
+	}
+	UNLOCK(fs);
+	return g;
+}
+
+static void set_ts(struct shoal_ts *t, const struct timespec *ts)
+{
+	t->ts_sec = ts->tv_sec;
+	t->ts_nsec = (uint32_t)ts->tv_nsec;
+}
+
+int shoal_setattr(struct shoal_fs *fs, const struct shoal_ctx *ctx, uint64_t ino,
+		  const struct stat *attr, int valid, struct stat *st)
+{
+	struct shoal_inode *ip;
+	struct shoal_dinode *di;
+	int err;
+
+	LOCK(fs);
+	err = inode_get(fs, ino, &ip);
+	if (err)
+		goto out;
+	di = ip_di(ip);
+	if ((valid & (SHOAL_SET_MODE | SHOAL_SET_UID | SHOAL_SET_GID | SHOAL_SET_SIZE)) &&
+	    nochange_flags(ip)) {
+		err = -EPERM;
+		goto out_put;
+	}
+	if ((valid & (SHOAL_SET_ATIME | SHOAL_SET_MTIME | SHOAL_SET_ATIME_NOW |
+		      SHOAL_SET_MTIME_NOW)) &&
+	    (di->di_flags & SHOAL_DIF_IMMUTABLE)) {
+		err = -EPERM;
+		goto out_put;
+	}
+	if (valid & SHOAL_SET_SIZE) {
+		if (S_ISDIR(di->di_mode)) {
+			err = -EISDIR;
+			goto out_put;
+		}
+		if (!S_ISREG(di->di_mode)) {
+			err = -EINVAL;
+			goto out_put;
+		}
+	}
+	err = trans_begin(fs, fs->fs_rgcount + RES_META);
+	if (err)
+		goto out_put;
+	inode_dirty(fs, ip, (valid & ~(SHOAL_SET_ATIME | SHOAL_SET_MTIME | SHOAL_SET_ATIME_NOW |
+				       SHOAL_SET_MTIME_NOW | SHOAL_SET_CTIME)) != 0);
+	if (valid & SHOAL_SET_SIZE) {
+		err = file_truncate(fs, ip, (uint64_t)attr->st_size);
+		if (err)
+			goto out_put;
+		inode_touch(ip, 0, 1, 1);
+	}
+	if (valid & SHOAL_SET_MODE)
+		di->di_mode = (di->di_mode & S_IFMT) | (attr->st_mode & 07777);
+	if (valid & (SHOAL_SET_UID | SHOAL_SET_GID)) {
+		if (valid & SHOAL_SET_UID)
+			di->di_uid = attr->st_uid;
+		if (valid & SHOAL_SET_GID)
+			di->di_gid = attr->st_gid;
+		/* like ext4: changing the owner of a non-directory clears set-ID bits */
+		if (!(valid & SHOAL_SET_MODE) && !S_ISDIR(di->di_mode)) {
+			di->di_mode &= ~S_ISUID;
+			if (di->di_mode & S_IXGRP)
+				di->di_mode &= ~S_ISGID;
+		}
+	}
+	struct timespec now;
+	clock_gettime(CLOCK_REALTIME, &now);
+	if (valid & SHOAL_SET_ATIME_NOW)
+		set_ts(&di->di_atime, &now);
+	else if (valid & SHOAL_SET_ATIME)
+		set_ts(&di->di_atime, &attr->st_atim);
+	if (valid & SHOAL_SET_MTIME_NOW)
+		set_ts(&di->di_mtime, &now);
+	else if (valid & SHOAL_SET_MTIME)
+		set_ts(&di->di_mtime, &attr->st_mtim);
+	if (valid & SHOAL_SET_CTIME)
+		set_ts(&di->di_ctime, &attr->st_ctim);
+	else
+		set_ts(&di->di_ctime, &now);
+	(void)ctx;
+	inode_stat(fs, ip, st);
+out_put:
+	inode_put(fs, ip);
+out:
+	UNLOCK(fs);
+	return err;
+}
+
+/*
+ * Create an inode named name in parent: the shared part of mknod, mkdir,
+ * symlink and create.  Returns with *ipp referenced.
+ */
+static int make_node(struct shoal_fs *fs, const struct shoal_ctx *ctx, uint64_t parent,
+		     const char *name, mode_t mode, dev_t rdev, const char *target,
+		     struct shoal_inode **ipp)
+{
+	struct shoal_inode *dp, *ip;
+	uint64_t ino;
+	gid_t gid;
+	int err = check_name(name);
+
+	if (err)
+		return is_dot(name) ? -EEXIST : err;
+	if (is_dot(name))
+		return -EEXIST;
+	err = get_dir(fs, parent, &dp);
+	if (err)
+		return err;
+	if (ip_di(dp)->di_flags & SHOAL_DIF_IMMUTABLE) {
+		err = -EPERM;
+		goto out_dp;
+	}
+	err = dir_lookup(fs, dp, name, &ino, NULL);
+	if (err != -ENOENT) {
+		err = err ? err : -EEXIST;
+		goto out_dp;
+	}
+	if (S_ISDIR(mode) && ip_di(dp)->di_nlink >= SHOAL_LINK_MAX) {
+		err = -EMLINK;
+		goto out_dp;
+	}
+	err = dir_make_room(fs, dp, name);
+	if (err)
+		goto out_dp;
+	err = trans_begin(fs, RES_META + (target ? 4 : 0));
+	if (err)
+		goto out_dp;
+	gid = ctx->c_gid;
+	if (ip_di(dp)->di_mode & S_ISGID) {
+		gid = ip_di(dp)->di_gid;
+		if (S_ISDIR(mode))
+			mode |= S_ISGID;
+		else if ((mode & (S_ISGID | S_IXGRP)) == (S_ISGID | S_IXGRP) && ctx->c_uid != 0 &&
+			 ctx->c_gid != gid)
+			mode &= ~S_ISGID;
+	}
+	err = inode_alloc(fs, dp, mode, ctx->c_uid, gid, &ip);
+	if (err)
+		goto out_dp;
+	if (S_ISDIR(mode)) {
+		dir_init_inline(fs, ip);
+		ip_di(ip)->di_parent = dp->i_ino;
+	} else if (S_ISCHR(mode) || S_ISBLK(mode)) {
+		ip_di(ip)->di_rdev = rdev;
+	} else if (S_ISLNK(mode)) {
+		ssize_t n = file_write(fs, ip, target, strlen(target), 0);
+		if (n < 0) {
+			err = (int)n;
+			ip_di(ip)->di_nlink = 0;
+			inode_put(fs, ip);
+			goto out_dp;
+		}
+	}
+	err = dir_add(fs, dp, name, ip->i_ino, mode_dt(mode));
+	if (err) {
+		ip_di(ip)->di_nlink = 0;
+		inode_put(fs, ip); /* destroyed: it has no links */
+		goto out_dp;
+	}
+	inode_dirty(fs, dp, 1);
+	if (S_ISDIR(mode))
+		ip_di(dp)->di_nlink++;
+	inode_touch(dp, 0, 1, 1);
+	*ipp = ip;
+out_dp:
+	inode_put(fs, dp);
+	return err;
+}
+
+static int finish_node(struct shoal_fs *fs, struct shoal_inode *ip, struct stat *st)
+{
+	ip->i_nlookup++;
+	inode_stat(fs, ip, st);
+	inode_put(fs, ip);
+	return 0;
+}
+
+int shoal_mknod(struct shoal_fs *fs, const struct shoal_ctx *ctx, uint64_t parent,
+		const char *name, mode_t mode, dev_t rdev, struct stat *st)
+{
+	struct shoal_inode *ip;
+	int err;
+	mode_t t = mode & S_IFMT;
+
+	if (t == 0)
+		mode |= t = S_IFREG;
+	if (t != S_IFREG && t != S_IFIFO && t != S_IFSOCK && t != S_IFCHR && t != S_IFBLK)
+		return -EINVAL;
+	LOCK(fs);
+	err = make_node(fs, ctx, parent, name, mode, rdev, NULL, &ip);
+	if (!err)
+		err = finish_node(fs, ip, st);
+	UNLOCK(fs);
+	return err;
+}
+
+int shoal_mkdir(struct shoal_fs *fs, const struct shoal_ctx *ctx, uint64_t parent,
+		const char *name, mode_t mode, struct stat *st)
+{
+	struct shoal_inode *ip;
+	int err;
+	LOCK(fs);
+	err = make_node(fs, ctx, parent, name, S_IFDIR | (mode & 07777), 0, NULL, &ip);
+	if (!err)
+		err = finish_node(fs, ip, st);
+	UNLOCK(fs);
+	return err;
+}
+
+int shoal_symlink(struct shoal_fs *fs, const struct shoal_ctx *ctx, uint64_t parent,
+		  const char *name, const char *target, struct stat *st)
+{
+	struct shoal_inode *ip;
+	size_t tl = strlen(target);
+	int err;
+
+	if (tl == 0)
+		return -ENOENT;
+	if (tl >= 4096)
+		return -ENAMETOOLONG;
+	LOCK(fs);
+	err = make_node(fs, ctx, parent, name, S_IFLNK | 0777, 0, target, &ip);
+	if (!err)
+		err = finish_node(fs, ip, st);
+	UNLOCK(fs);
+	return err;
+}
+
+int shoal_create(struct shoal_fs *fs, const struct shoal_ctx *ctx, uint64_t parent,
+		 const char *name, mode_t mode, int flags, struct stat *st)
+{
+	struct shoal_inode *ip;
+	int err;
+	LOCK(fs);
+	err = make_node(fs, ctx, parent, name, S_IFREG | (mode & 07777), 0, NULL, &ip);
+	if (!err) {
+		ip->i_open++;
+		err = finish_node(fs, ip, st);
+	}
+	UNLOCK(fs);
+	return err;
+}
+
+int shoal_link(struct shoal_fs *fs, uint64_t ino, uint64_t newparent, const char *newname,
+	       struct stat *st)
+{
+	struct shoal_inode *ip, *dp;
+	uint64_t x;
+	int err = check_name(newname);
+
+	if (err)
+		return err;
+	if (is_dot(newname))
+		return -EEXIST;
+	LOCK(fs);
+	err = inode_get(fs, ino, &ip);
+	if (err)
+		goto out;
+	if (S_ISDIR(ip_di(ip)->di_mode)) {
+		err = -EPERM;
+		goto out_ip;
+	}
+	if (nochange_flags(ip)) {
+		err = -EPERM;
+		goto out_ip;
+	}
+	if (ip_di(ip)->di_nlink == 0) {
+		err = -ENOENT;
+		goto out_ip;
+	}
+	if (ip_di(ip)->di_nlink >= SHOAL_LINK_MAX) {
+		err = -EMLINK;
+		goto out_ip;
+	}
+	err = get_dir(fs, newparent, &dp);
+	if (err)
+		goto out_ip;
+	err = dir_lookup(fs, dp, newname, &x, NULL);
+	if (err != -ENOENT) {
+		err = err ? err : -EEXIST;
+		goto out_dp;
+	}
+	err = dir_make_room(fs, dp, newname);
+	if (!err)
+		err = trans_begin(fs, RES_META);
+	if (!err)
+		err = dir_add(fs, dp, newname, ip->i_ino, mode_dt(ip_di(ip)->di_mode));
+	if (err)
+		goto out_dp;
+	inode_touch(dp, 0, 1, 1);
+	inode_dirty(fs, ip, 1);
+	ip_di(ip)->di_nlink++;
+	inode_touch(ip, 0, 0, 1);
+	ip->i_nlookup++;
+	inode_stat(fs, ip, st);
+out_dp:
+	inode_put(fs, dp);
+out_ip:
+	inode_put(fs, ip);
+out:
+	UNLOCK(fs);
+	return err;
+}
+
+/* Drop one link of ip (removed from a directory already). */
+static int drop_link(struct shoal_fs *fs, struct shoal_inode *ip)
+{
+	struct shoal_dinode *di = ip_di(ip);
+	inode_dirty(fs, ip, 1);
+	if (S_ISDIR(di->di_mode))
+		di->di_nlink = 0;
+	else if (di->di_nlink)
+		di->di_nlink--;
+	inode_touch(ip, 0, 0, 1);
+	if (di->di_nlink == 0)
+		return rg_set_state(fs, ip->i_ino, SHOAL_B_UNLINKED);
+	return 0;
+}
+
+static int remove_entry(struct shoal_fs *fs, uint64_t parent, const char *name, int isdir)
+{
+	struct shoal_inode *dp, *ip;
+	uint64_t ino;
+	int err;
+
+	if (!strcmp(name, "."))
+		return isdir ? -EINVAL : -EISDIR;
+	if (!strcmp(name, ".."))
+		return isdir ? -ENOTEMPTY : -EISDIR;
+	err = check_name(name);
+	if (err)
+		return err;
+	LOCK(fs);
+	err = get_dir(fs, parent, &dp);
+	if (err)
+		goto out;
+	err = dir_lookup(fs, dp, name, &ino, NULL);
+	if (err)
+		goto out_dp;
+	err = inode_get(fs, ino, &ip);
+	if (err)
+		goto out_dp;
+	if (isdir && !S_ISDIR(ip_di(ip)->di_mode))
+		err = -ENOTDIR;
+	else if (!isdir && S_ISDIR(ip_di(ip)->di_mode))
+		err = -EISDIR;
+	else if (isdir && ip_di(ip)->di_entries)
+		err = -ENOTEMPTY;
+	else if (nochange_flags(ip) || (ip_di(dp)->di_flags & (SHOAL_DIF_IMMUTABLE | SHOAL_DIF_APPEND)))
+		err = -EPERM;
+	if (!err)
+		err = trans_begin(fs, RES_META);
+	if (!err)
+		err = dir_remove(fs, dp, name);
+	if (!err)
+		err = drop_link(fs, ip);
+	if (!err) {
+		inode_dirty(fs, dp, 1);
+		if (isdir)
+			ip_di(dp)->di_nlink--;
+		inode_touch(dp, 0, 1, 1);
+	}
+	inode_put(fs, ip);
+out_dp:
+	inode_put(fs, dp);
+out:
+	UNLOCK(fs);
+	return err;
+}
+
+int shoal_unlink(struct shoal_fs *fs, const struct shoal_ctx *ctx, uint64_t parent,
+		 const char *name)
+{
+	return remove_entry(fs, parent, name, 0);
+}
+
+int shoal_rmdir(struct shoal_fs *fs, const struct shoal_ctx *ctx, uint64_t parent,
+		const char *name)
+{
+	return remove_entry(fs, parent, name, 1);
+}
+
+/* Is dir `anc` the directory `ino` or one of its ancestors? */
+static int is_ancestor(struct shoal_fs *fs, uint64_t anc, uint64_t ino)
+{
+	for (int depth = 0; depth < 100000; depth++) {
+		struct shoal_inode *ip;
+		if (ino == anc)
+			return 1;
+		if (ino == fs->fs_sb.sb_root)
+			return 0;
+		if (inode_get(fs, ino, &ip))
+			return 0;
+		uint64_t up = ip_di(ip)->di_parent;
+		inode_put(fs, ip);
+		if (!up || up == ino)
+			return 0;
+		ino = up;
+	}
+	return 1;
+}
+
+int shoal_rename(struct shoal_fs *fs, const struct shoal_ctx *ctx, uint64_t parent,
+		 const char *name, uint64_t newparent, const char *newname, unsigned flags)
+{
+	struct shoal_inode *sdp = NULL, *ddp = NULL, *sip = NULL, *tip = NULL;
+	uint64_t sino, tino = 0;
+	int err, sdir, tdir = 0;
+
+	if (flags & ~(RENAME_NOREPLACE | RENAME_EXCHANGE))
+		return -EINVAL;
+	if ((flags & RENAME_NOREPLACE) && (flags & RENAME_EXCHANGE))
+		return -EINVAL;
+	if (is_dot(name) || is_dot(newname))
+		return -EBUSY;
+	if ((err = check_name(name)) || (err = check_name(newname)))
+		return err;
+	LOCK(fs);
+	err = get_dir(fs, parent, &sdp);
+	if (err)
+		goto out;
+	err = get_dir(fs, newparent, &ddp);
+	if (err)
+		goto out;
+	err = dir_lookup(fs, sdp, name, &sino, NULL);
+	if (err)
+		goto out;
+	err = inode_get(fs, sino, &sip);
+	if (err)
+		goto out;
+	sdir = S_ISDIR(ip_di(sip)->di_mode);
+	err = dir_lookup(fs, ddp, newname, &tino, NULL);
+	if (err && err != -ENOENT)
+		goto out;
+	if (!err) {
+		if (flags & RENAME_NOREPLACE) {
+			err = -EEXIST;
+			goto out;
+		}
+		err = inode_get(fs, tino, &tip);
+		if (err)
+			goto out;
+		tdir = S_ISDIR(ip_di(tip)->di_mode);
+	} else if (flags & RENAME_EXCHANGE) {
+		goto out; /* -ENOENT */
+	}
+	err = 0;
+	if (tip == sip || (tip && tip->i_ino == sip->i_ino))
+		goto out; /* same inode: nothing to do */
+	if (nochange_flags(sip) || (tip && nochange_flags(tip)) ||
+	    (ip_di(sdp)->di_flags & (SHOAL_DIF_IMMUTABLE | SHOAL_DIF_APPEND)) ||
+	    (ip_di(ddp)->di_flags & SHOAL_DIF_IMMUTABLE)) {
+		err = -EPERM;
+		goto out;
+	}
+	if (!(flags & RENAME_EXCHANGE) && tip) {
+		if (sdir && !tdir) {
+			err = -ENOTDIR;
+			goto out;
+		}
+		if (!sdir && tdir) {
+			err = -EISDIR;
+			goto out;
+		}
+		if (tdir && ip_di(tip)->di_entries) {
+			err = -ENOTEMPTY;
+			goto out;
+		}
+	}
+	/* a directory may not move below itself */
+	if (sdir && parent != newparent && is_ancestor(fs, sip->i_ino, newparent)) {
+		err = -EINVAL;
+		goto out;
+	}
+	if ((flags & RENAME_EXCHANGE) && tdir && parent != newparent &&
+	    is_ancestor(fs, tip->i_ino, parent)) {
+		err = -EINVAL;
+		goto out;
+	}
+	if (sdir && !tdir && parent != newparent && ip_di(ddp)->di_nlink >= SHOAL_LINK_MAX) {
+		err = -EMLINK;
+		goto out;
+	}
+	if (!tip) {
+		err = dir_make_room(fs, ddp, newname);
+		if (err)
+			goto out;
+	}
+	err = trans_begin(fs, RES_META * 2);
+	if (err)
+		goto out;
+	if (flags & RENAME_EXCHANGE) {
+		err = dir_replace(fs, sdp, name, tip->i_ino, mode_dt(ip_di(tip)->di_mode));
+		if (!err)
+			err = dir_replace(fs, ddp, newname, sip->i_ino, mode_dt(ip_di(sip)->di_mode));
+		if (err)
+			goto out;
+		if (parent != newparent) {
+			if (sdir) {
+				inode_dirty(fs, sip, 1);
+				ip_di(sip)->di_parent = newparent;
+			}
+			if (tdir) {
+				inode_dirty(fs, tip, 1);
+				ip_di(tip)->di_parent = parent;
+			}
+			inode_dirty(fs, sdp, 1);
+			inode_dirty(fs, ddp, 1);
+			ip_di(sdp)->di_nlink += tdir - sdir;
+			ip_di(ddp)->di_nlink += sdir - tdir;
+		}
+		inode_dirty(fs, tip, 1);
+		inode_touch(tip, 0, 0, 1);
+	} else {
+		if (tip) {
+			err = dir_replace(fs, ddp, newname, sip->i_ino, mode_dt(ip_di(sip)->di_mode));
+			if (!err)
+				err = drop_link(fs, tip);
+			if (!err && tdir) {
+				inode_dirty(fs, ddp, 1);
+				ip_di(ddp)->di_nlink--;
+			}
+		} else {
+			err = dir_add(fs, ddp, newname, sip->i_ino, mode_dt(ip_di(sip)->di_mode));
+		}
+		if (!err)
+			err = dir_remove(fs, sdp, name);
+		if (err)
+			goto out;
+		if (sdir && parent != newparent) {
+			inode_dirty(fs, sip, 1);
+			ip_di(sip)->di_parent = newparent;
+			inode_dirty(fs, sdp, 1);
+			inode_dirty(fs, ddp, 1);
+			ip_di(sdp)->di_nlink--;
+			ip_di(ddp)->di_nlink++;
+		}
+	}
+	inode_dirty(fs, sip, 1);
+	inode_touch(sip, 0, 0, 1);
+	inode_dirty(fs, sdp, 1);
+	inode_touch(sdp, 0, 1, 1);
+	inode_dirty(fs, ddp, 1);
+	inode_touch(ddp, 0, 1, 1);
+out:
+	inode_put(fs, tip);
+	inode_put(fs, sip);
+	inode_put(fs, ddp);
+	inode_put(fs, sdp);
+	UNLOCK(fs);
+	(void)ctx;
+	return err;
+}
+
+ssize_t shoal_readlink(struct shoal_fs *fs, uint64_t ino, char *buf, size_t size)
+{
+	struct shoal_inode *ip;
+	ssize_t n;
+	LOCK(fs);
+	n = inode_get(fs, ino, &ip);
+	if (!n) {
+		if (!S_ISLNK(ip_di(ip)->di_mode))
+			n = -EINVAL;
+		else
+			n = file_read(fs, ip, buf, size, 0);
+		inode_put(fs, ip);
+	}
+	UNLOCK(fs);
+	return n;
+}
+
+int shoal_open(struct shoal_fs *fs, uint64_t ino, int flags)
+{
+	struct shoal_inode *ip;
+	int err, acc = flags & O_ACCMODE;
+	LOCK(fs);
+	err = inode_get(fs, ino, &ip);
+	if (err)
+		goto out;
+	if (acc != O_RDONLY || (flags & O_TRUNC)) {
+		if (ip_di(ip)->di_flags & SHOAL_DIF_IMMUTABLE)
+			err = -EPERM;
+		else if ((ip_di(ip)->di_flags & SHOAL_DIF_APPEND) &&
+			 (!(flags & O_APPEND) || (flags & O_TRUNC)))
+			err = -EPERM;
+		else if (fs->fs_ro)
+			err = -EROFS;
+	}
+	if (!err)
+		ip->i_open++;
+	inode_put(fs, ip);
+out:
+	UNLOCK(fs);
+	return err;
+}
+
+int shoal_release(struct shoal_fs *fs, uint64_t ino, int flags)
+{
+	struct shoal_inode *ip;
+	int err;
+	LOCK(fs);
+	err = inode_get(fs, ino, &ip);
+	if (!err) {
+		if (ip->i_open)
+			ip->i_open--;
+		inode_put(fs, ip); /* frees it if unlinked and unused */
+	}
+	UNLOCK(fs);
+	return err;
+}
+
+/* Decide whether a read must update atime (R1: decided before locking). */
+static int atime_due(struct shoal_fs *fs, struct shoal_inode *ip, int flags)
+{
+	struct shoal_dinode *di = ip_di(ip);
+	struct timespec now;
+
+	if (fs->fs_ro || fs->fs_opts.mo_atime == SHOAL_NOATIME || (flags & O_NOATIME) ||
+	    (di->di_flags & SHOAL_DIF_NOATIME))
+		return 0;
+	if (fs->fs_opts.mo_atime == SHOAL_STRICTATIME)
+		return 1;
+	clock_gettime(CLOCK_REALTIME, &now);
+	if (di->di_atime.ts_sec < di->di_mtime.ts_sec ||
+	    (di->di_atime.ts_sec == di->di_mtime.ts_sec && di->di_atime.ts_nsec <= di->di_mtime.ts_nsec))
+		return 1;
+	if (di->di_atime.ts_sec < di->di_ctime.ts_sec ||
+	    (di->di_atime.ts_sec == di->di_ctime.ts_sec && di->di_atime.ts_nsec <= di->di_ctime.ts_nsec))
+		return 1;
+	return now.tv_sec - di->di_atime.ts_sec >= 24 * 3600;
+}
+
+static void update_atime(struct shoal_fs *fs, struct shoal_inode *ip, int flags)
+{
+	if (atime_due(fs, ip, flags) && trans_begin(fs, 2) == 0) {
+		inode_dirty(fs, ip, 0);
+		inode_touch(ip, 1, 0, 0);
+	}
+}
+
+ssize_t shoal_read(struct shoal_fs *fs, uint64_t ino, void *buf, size_t size, uint64_t off,
+		   int flags)
+{
+	struct shoal_inode *ip;
+	ssize_t n;
+	LOCK(fs);
+	n = inode_get(fs, ino, &ip);
+	if (!n) {
+		if (S_ISDIR(ip_di(ip)->di_mode))
+			n = -EISDIR;
+		else
+			n = file_read(fs, ip, buf, size, off);
+		if (n >= 0)
+			update_atime(fs, ip, flags);
+		inode_put(fs, ip);
+	}
+	UNLOCK(fs);
+	return n;
+}
+
+ssize_t shoal_write(struct shoal_fs *fs, const struct shoal_ctx *ctx, uint64_t ino,
+		    const void *buf, size_t size, uint64_t off, int flags)
+{
+	struct shoal_inode *ip;
+	struct shoal_dinode *di;
+	ssize_t n;
+	uint64_t nblk = (size >> fs->fs_bshift) + 2;
+
+	LOCK(fs);
+	n = inode_get(fs, ino, &ip);
+	if (n)
+		goto out;
+	di = ip_di(ip);
+	if (!S_ISREG(di->di_mode))
+		n = S_ISDIR(di->di_mode) ? -EISDIR : -EINVAL;
+	else if (di->di_flags & SHOAL_DIF_IMMUTABLE)
+		n = -EPERM;
+	else if ((di->di_flags & SHOAL_DIF_APPEND) && off != di->di_size)
+		n = -EPERM;
+	if (!n) {
+		uint32_t res = (uint32_t)(nblk / SHOAL_IND_PTRS(fs->fs_bsize) +
+					  nblk / SHOAL_RG_MAX_LENGTH(fs->fs_bsize)) +
+			       SHOAL_MAX_HEIGHT * 2 + RES_META;
+		if (rg_free_total(fs) - rg_pending_total(fs) < nblk && rg_pending_total(fs))
+			n = jnl_checkpoint(fs); /* make freed blocks reusable */
+		if (!n)
+			n = trans_begin(fs, res);
+	}
+	if (!n) {
+		/* like ext4: a write by someone other than root drops set-ID bits */
+		if (ctx && ctx->c_uid != 0 && (di->di_mode & (S_ISUID | S_ISGID))) {
+			inode_dirty(fs, ip, 1);
+			di->di_mode &= ~S_ISUID;
+			if (di->di_mode & S_IXGRP)
+				di->di_mode &= ~S_ISGID;
+		}
+		n = file_write(fs, ip, buf, size, off);
+	}
+	inode_put(fs, ip);
+out:
+	UNLOCK(fs);
+	return n;
+}
+
+int shoal_fsync(struct shoal_fs *fs, uint64_t ino, int datasync)
+{
+	struct shoal_inode *ip;
+	int err;
+
+	LOCK(fs);
+	err = inode_get(fs, ino, &ip);
+	if (err)
+		goto out;
+	fs->fs_ctr.sc_fsyncs++;
+	uint64_t seq = datasync ? ip->i_dsync_seq : ip->i_meta_seq;
+	if (fs->fs_j.j_tcount && seq >= fs->fs_j.j_seq && !fs->fs_ro) {
+		err = jnl_commit(fs); /* its flush covers the data written before */
+		if (!err && ip->i_data_gen > __atomic_load_n(&fs->fs_dev->d_flush_gen, __ATOMIC_SEQ_CST))
+			err = dev_flush(fs->fs_dev);
+	} else if (ip->i_data_gen > __atomic_load_n(&fs->fs_dev->d_flush_gen, __ATOMIC_SEQ_CST)) {
+		err = dev_flush(fs->fs_dev);
+	} else {
+		fs->fs_ctr.sc_fsync_noop++;
+	}
+	inode_put(fs, ip);
+out:
+	UNLOCK(fs);
+	return err;
+}
+
+static int zero_range(struct shoal_fs *fs, struct shoal_inode *ip, uint64_t off, uint64_t len)
+{
+	uint64_t end = off + len;
+	while (off < end) {
+		uint64_t pblk;
+		uint32_t run, in = (uint32_t)(off & (fs->fs_bsize - 1));
+		int err = bmap_get(fs, ip, off >> fs->fs_bshift, &pblk, &run);
+		if (err)
+			return err;
+		uint64_t n = (uint64_t)run * fs->fs_bsize - in;
+		if (n > end - off)
+			n = end - off;
+		if (pblk) {
+			size_t chunk = n > (1u << 20) ? (1u << 20) : (size_t)n;
+			void *z = calloc(1, chunk);
+			if (!z)
+				return -ENOMEM;
+			err = dev_write(fs->fs_dev, z, chunk, (pblk << fs->fs_bshift) + in);
+			free(z);
+			if (err)
+				return err;
+			n = chunk;
+			ip->i_data_gen = __atomic_load_n(&fs->fs_dev->d_write_gen, __ATOMIC_SEQ_CST);
+		}
+		off += n;
+	}
+	return 0;
+}
+
+int shoal_fallocate(struct shoal_fs *fs, uint64_t ino, int mode, uint64_t off, uint64_t len)
+{
+	struct shoal_inode *ip;
+	struct shoal_dinode *di;
+	uint32_t bs = fs->fs_bsize;
+	int err;
+
+	if (len == 0)
+		return -EINVAL;
+	if (mode & ~(FALLOC_FL_KEEP_SIZE | FALLOC_FL_PUNCH_HOLE))
+		return -EOPNOTSUPP;
+	if ((mode & FALLOC_FL_PUNCH_HOLE) && !(mode & FALLOC_FL_KEEP_SIZE))
+		return -EOPNOTSUPP;
+	if (off + len < off)
+		return -EFBIG;
+	LOCK(fs);
+	err = inode_get(fs, ino, &ip);
+	if (err)
+		goto out;
+	di = ip_di(ip);
+	if (!S_ISREG(di->di_mode)) {
+		err = S_ISDIR(di->di_mode) ? -EISDIR : -ENODEV;
+		goto out_put;
+	}
+	if (nochange_flags(ip) && (mode & FALLOC_FL_PUNCH_HOLE || di->di_flags & SHOAL_DIF_IMMUTABLE)) {
+		err = -EPERM;
+		goto out_put;
+	}
+	err = trans_begin(fs, fs->fs_rgcount + RES_META * 2);
+	if (err)
+		goto out_put;
+	if (mode & FALLOC_FL_PUNCH_HOLE) {
+		uint64_t end = off + len < di->di_size ? off + len : di->di_size;
+		if (off >= end)
+			goto done;
+		if (di->di_height == 0) {
+			inode_dirty(fs, ip, 1);
+			memset(ip->i_bh->b_data + SHOAL_DI_PAYLOAD_OFF + off, 0, (size_t)(end - off));
+			goto done;
+		}
+		uint64_t first = (off + bs - 1) >> fs->fs_bshift, last = end >> fs->fs_bshift;
+		if (first < last) {
+			err = bmap_punch(fs, ip, first, last);
+			if (err)
+				goto out_put;
+			err = zero_range(fs, ip, off, (first << fs->fs_bshift) - off);
+			if (!err)
+				err = zero_range(fs, ip, last << fs->fs_bshift, end - (last << fs->fs_bshift));
+		} else {
+			err = zero_range(fs, ip, off, end - off);
+		}
+		if (err)
+			goto out_put;
+		inode_dirty(fs, ip, 1);
+		goto done;
+	}
+	/* allocate: blocks are zeroed on the device, as there are no unwritten extents */
+	uint64_t end = off + len;
+	if (di->di_height == 0 && end <= SHOAL_DI_PAYLOAD(bs)) {
+		/* inline: the space exists already */
+	} else {
+		uint64_t l = off >> fs->fs_bshift, lend = (end + bs - 1) >> fs->fs_bshift;
+		void *z = NULL;
+		while (l < lend && !err) {
+			uint64_t pblk;
+			uint32_t run;
+			int isnew;
+			uint64_t want = lend - l > 256 ? 256 : lend - l;
+			err = trans_begin(fs, RES_META + SHOAL_MAX_HEIGHT * 2);
+			if (!err)
+				err = bmap_alloc(fs, ip, l, (uint32_t)want, &pblk, &run, &isnew);
+			if (err)
+				break;
+			if (isnew) {
+				if (!z)
+					z = calloc(256, bs);
+				if (!z) {
+					err = -ENOMEM;
+					break;
+				}
+				err = dev_write(fs->fs_dev, z, (size_t)run * bs, pblk << fs->fs_bshift);
+				fs->fs_j.j_ordered = 1;
+			}
+			l += run;
+		}
+		free(z);
+		if (err)
+			goto out_put;
+	}
+	if (!(mode & FALLOC_FL_KEEP_SIZE) && end > di->di_size) {
+		inode_dirty(fs, ip, 1);
+		di->di_size = end;
+	}
+done:
+	inode_dirty(fs, ip, 1);
+	inode_touch(ip, 0, !(mode & FALLOC_FL_KEEP_SIZE) || (mode & FALLOC_FL_PUNCH_HOLE), 1);
+out_put:
+	inode_put(fs, ip);
+out:
+	UNLOCK(fs);
+	return err;
+}
+
+int64_t shoal_lseek(struct shoal_fs *fs, uint64_t ino, uint64_t off, int whence)
+{
+	struct shoal_inode *ip;
+	int64_t res;
+	int err;
+
+	if (whence != SEEK_DATA && whence != SEEK_HOLE)
+		return -EINVAL;
+	LOCK(fs);
+	err = inode_get(fs, ino, &ip);
+	if (err) {
+		res = err;
+		goto out;
+	}
+	struct shoal_dinode *di = ip_di(ip);
+	if (off >= di->di_size) {
+		res = -ENXIO;
+	} else if (di->di_height == 0) {
+		res = whence == SEEK_DATA ? (int64_t)off : (int64_t)di->di_size;
+	} else {
+		uint64_t l;
+		err = bmap_seek(fs, ip, off >> fs->fs_bshift, whence == SEEK_DATA, &l);
+		if (err) {
+			res = err;
+		} else {
+			uint64_t pos = l << fs->fs_bshift;
+			if (pos < off)
+				pos = off;
+			if (pos > di->di_size)
+				pos = di->di_size;
+			res = whence == SEEK_DATA && pos >= di->di_size ? -ENXIO : (int64_t)pos;
+		}
+	}
+	inode_put(fs, ip);
+out:
+	UNLOCK(fs);
+	return res;
+}
+
+struct rd_ctx {
+	shoal_fill_fn rc_fill;
+	void *rc_arg;
+};
+
+static int rd_cb(void *arg, const char *name, size_t len, uint64_t ino, uint8_t type,
+		 uint64_t hash)
+{
+	struct rd_ctx *rc = arg;
+	struct stat st;
+	memset(&st, 0, sizeof(st));
+	st.st_ino = ino;
+	st.st_mode = DTTOIF(type);
+	return rc->rc_fill(rc->rc_arg, name, &st, hash);
+}
+
+int shoal_readdir(struct shoal_fs *fs, uint64_t ino, uint64_t off, shoal_fill_fn fill, void *arg)
+{
+	struct shoal_inode *dp;
+	struct rd_ctx rc = {fill, arg};
+	struct stat st;
+	int err;
+
+	LOCK(fs);
+	err = get_dir(fs, ino, &dp);
+	if (err) {
+		/* a removed directory that is still open reads as empty */
+		if (err == -ENOENT)
+			err = 0;
+		goto out;
+	}
+	memset(&st, 0, sizeof(st));
+	st.st_mode = S_IFDIR;
+	if (off < 1) {
+		st.st_ino = ino;
+		if (fill(arg, ".", &st, 1))
+			goto out_put;
+	}
+	if (off < 2) {
+		st.st_ino = ip_di(dp)->di_parent ? ip_di(dp)->di_parent : ino;
+		if (fill(arg, "..", &st, 2))
+			goto out_put;
+	}
+	err = dir_iterate(fs, dp, off < 2 ? 2 : off, rd_cb, &rc);
+	if (!err)
+		update_atime(fs, dp, 0);
+out_put:
+	inode_put(fs, dp);
+out:
+	UNLOCK(fs);
+	return err;
+}
+
+int shoal_setxattr(struct shoal_fs *fs, uint64_t ino, const char *name, const void *value,
+		   size_t size, int flags)
+{
+	struct shoal_inode *ip;
+	int err;
+	LOCK(fs);
+	err = inode_get(fs, ino, &ip);
+	if (!err) {
+		if (nochange_flags(ip))
+			err = -EPERM;
+		if (!err)
+			err = trans_begin(fs, RES_META);
+		if (!err)
+			err = xattr_set(fs, ip, name, value, size, flags);
+		inode_put(fs, ip);
+	}
+	UNLOCK(fs);
+	return err;
+}
+
+ssize_t shoal_getxattr(struct shoal_fs *fs, uint64_t ino, const char *name, void *value,
+		       size_t size)
+{
+	struct shoal_inode *ip;
+	ssize_t n;
+	LOCK(fs);
+	n = inode_get(fs, ino, &ip);
+	if (!n) {
+		n = xattr_get(fs, ip, name, value, size);
+		inode_put(fs, ip);
+	}
+	UNLOCK(fs);
+	return n;
+}
+
+ssize_t shoal_listxattr(struct shoal_fs *fs, uint64_t ino, char *list, size_t size)
+{
+	struct shoal_inode *ip;
+	ssize_t n;
+	LOCK(fs);
+	n = inode_get(fs, ino, &ip);
+	if (!n) {
+		n = xattr_list(fs, ip, list, size);
+		inode_put(fs, ip);
+	}
+	UNLOCK(fs);
+	return n;
+}
+
+int shoal_removexattr(struct shoal_fs *fs, uint64_t ino, const char *name)
+{
+	struct shoal_inode *ip;
+	int err;
+	LOCK(fs);
+	err = inode_get(fs, ino, &ip);
+	if (!err) {
+		if (nochange_flags(ip))
+			err = -EPERM;
+		if (!err)
+			err = trans_begin(fs, RES_META);
+		if (!err)
+			err = xattr_remove(fs, ip, name);
+		inode_put(fs, ip);
+	}
+	UNLOCK(fs);
+	return err;
+}
+
+int shoal_getflags(struct shoal_fs *fs, uint64_t ino, uint32_t *flags)
+{
+	struct shoal_inode *ip;
+	int err;
+	LOCK(fs);
+	err = inode_get(fs, ino, &ip);
+	if (!err) {
+		*flags = ip_di(ip)->di_flags & SHOAL_DIF_USER_MASK;
+		inode_put(fs, ip);
+	}
+	UNLOCK(fs);
+	return err;
+}
+
+int shoal_setflags(struct shoal_fs *fs, const struct shoal_ctx *ctx, uint64_t ino,
+		   uint32_t flags)
+{
+	struct shoal_inode *ip;
+	int err;
+
+	if (flags & ~SHOAL_DIF_USER_MASK)
+		return -EOPNOTSUPP;
+	LOCK(fs);
+	err = inode_get(fs, ino, &ip);
+	if (err)
+		goto out;
+	struct shoal_dinode *di = ip_di(ip);
+	uint32_t old = di->di_flags & SHOAL_DIF_USER_MASK;
+	if (ctx->c_uid != 0 && ctx->c_uid != di->di_uid)
+		err = -EPERM;
+	else if (((old ^ flags) & (SHOAL_DIF_IMMUTABLE | SHOAL_DIF_APPEND)) && ctx->c_uid != 0)
+		err = -EPERM; /* CAP_LINUX_IMMUTABLE */
+	if (!err)
+		err = trans_begin(fs, 2);
+	if (!err) {
+		inode_dirty(fs, ip, 1);
+		di->di_flags = (di->di_flags & ~SHOAL_DIF_USER_MASK) | flags;
+		inode_touch(ip, 0, 0, 1);
+	}
+	inode_put(fs, ip);
+out:
+	UNLOCK(fs);
+	return err;
+}

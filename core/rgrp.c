@@ -1,0 +1,311 @@
+/*
+ * rgrp.c - resource groups: the block allocator.
+ *
+ * Each group is one header block holding a 2-bit-per-block bitmap (FORMAT.md)
+ * and its own lock (a glock of type 3 once clustered), so nodes allocate in
+ * parallel from different groups.  The in-memory descriptor (struct
+ * shoal_rgd) mirrors the header's free count.
+ *
+ * Invariants (fs_lock):
+ *  (1) rd_free equals the FREE entries of the group's bitmap;
+ *  (2) a block freed by a transaction that is not yet checkpointed is marked
+ *      in rd_pend_map and is not handed out again (journal.c (5)): replay of
+ *      an older transaction could otherwise overwrite its new contents;
+ *  (3) every bitmap change is made on the header buffer inside the running
+ *      transaction.
+ */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "internal.h"
+
+static int bm_get(const uint8_t *bm, uint32_t k)
+{
+	return (bm[k >> 2] >> ((k & 3) * 2)) & 3;
+}
+
+static void bm_set(uint8_t *bm, uint32_t k, int state)
+{
+	uint8_t sh = (uint8_t)((k & 3) * 2);
+	bm[k >> 2] = (uint8_t)((bm[k >> 2] & ~(3u << sh)) | ((unsigned)state << sh));
+}
+
+static int pend_get(const struct shoal_rgd *rd, uint32_t k)
+{
+	return rd->rd_pend_map && (rd->rd_pend_map[k >> 3] >> (k & 7)) & 1;
+}
+
+int rg_load(struct shoal_fs *fs)
+{
+	struct shoal_sb *sb = &fs->fs_sb;
+	uint32_t maxlen = SHOAL_RG_MAX_LENGTH(fs->fs_bsize);
+
+	if (sb->sb_rgcount == 0 || sb->sb_rgblocks < 2 || sb->sb_rgblocks - 1 > maxlen)
+		return fs_corrupt(fs, 0, "superblock resource group geometry");
+	fs->fs_rgds = calloc(sb->sb_rgcount, sizeof(*fs->fs_rgds));
+	if (!fs->fs_rgds)
+		return -ENOMEM;
+	fs->fs_rgcount = sb->sb_rgcount;
+	for (uint32_t i = 0; i < sb->sb_rgcount; i++) {
+		struct shoal_rgd *rd = &fs->fs_rgds[i];
+		struct shoal_buf *b;
+		struct shoal_rg *rg;
+		uint64_t addr = sb->sb_rgfirst + (uint64_t)i * sb->sb_rgblocks;
+		int err = buf_read(fs, addr, SHOAL_MT_RG, &b);
+		if (err)
+			return err;
+		rg = (void *)b->b_data;
+		if (rg->rg_index != i || rg->rg_data0 != addr + 1 || rg->rg_length > maxlen ||
+		    rg->rg_data0 + rg->rg_length > sb->sb_blocks - 1 || rg->rg_free > rg->rg_length) {
+			buf_put(fs, b);
+			return fs_corrupt(fs, addr, "resource group header");
+		}
+		rd->rd_index = i;
+		rd->rd_addr = addr;
+		rd->rd_data0 = rg->rg_data0;
+		rd->rd_length = rg->rg_length;
+		rd->rd_free = rg->rg_free;
+		buf_put(fs, b);
+	}
+	return 0;
+}
+
+void rg_destroy(struct shoal_fs *fs)
+{
+	for (uint32_t i = 0; fs->fs_rgds && i < fs->fs_rgcount; i++)
+		free(fs->fs_rgds[i].rd_pend_map);
+	free(fs->fs_rgds);
+	fs->fs_rgds = NULL;
+}
+
+static struct shoal_rgd *rg_of(struct shoal_fs *fs, uint64_t blkno)
+{
+	struct shoal_sb *sb = &fs->fs_sb;
+	if (blkno < sb->sb_rgfirst)
+		return NULL;
+	uint64_t i = (blkno - sb->sb_rgfirst) / sb->sb_rgblocks;
+	if (i >= fs->fs_rgcount)
+		return NULL;
+	struct shoal_rgd *rd = &fs->fs_rgds[i];
+	if (blkno < rd->rd_data0 || blkno >= rd->rd_data0 + rd->rd_length)
+		return NULL;
+	return rd;
+}
+
+static int rg_header(struct shoal_fs *fs, struct shoal_rgd *rd, struct shoal_buf **b)
+{
+	return buf_read(fs, rd->rd_addr, SHOAL_MT_RG, b);
+}
+
+/* Search rd from offset start for a free, non-pending run; 0 on success. */
+static int rg_search(struct shoal_rgd *rd, const uint8_t *bm, uint32_t start, uint32_t n,
+		     uint32_t *first, uint32_t *got)
+{
+	for (uint32_t pass = 0; pass < 2; pass++) {
+		uint32_t k = pass ? 0 : start, end = pass ? start : rd->rd_length;
+		while (k < end) {
+			if ((k & 3) == 0 && k + 4 <= end) {
+				uint8_t v = bm[k >> 2];
+				/* all four used: every 2-bit field non-zero */
+				if ((v & 0x03) && (v & 0x0c) && (v & 0x30) && (v & 0xc0)) {
+					k += 4;
+					continue;
+				}
+			}
+			if (bm_get(bm, k) == SHOAL_B_FREE && !pend_get(rd, k)) {
+				uint32_t len = 1;
+				while (len < n && k + len < rd->rd_length &&
+				       bm_get(bm, k + len) == SHOAL_B_FREE && !pend_get(rd, k + len))
+					len++;
+				*first = k;
+				*got = len;
+				return 0;
+			}
+			k++;
+		}
+	}
+	return -ENOSPC;
+}
+
+int rg_alloc(struct shoal_fs *fs, uint64_t goal, uint32_t n, int state, uint64_t *first,
+	     uint32_t *got)
+{
+	struct shoal_rgd *rd = rg_of(fs, goal);
+	uint32_t start_rg = rd ? rd->rd_index : fs->fs_rg_alloc % fs->fs_rgcount;
+	uint32_t start = rd ? (uint32_t)(goal - rd->rd_data0) : 0;
+
+	if (n == 0)
+		return -EINVAL;
+	if (state == SHOAL_B_DINODE || state == SHOAL_B_UNLINKED)
+		n = 1;
+	for (uint32_t t = 0; t < fs->fs_rgcount; t++) {
+		uint32_t ri = (start_rg + t) % fs->fs_rgcount, k, len;
+		struct shoal_buf *b;
+		struct shoal_rg *rg;
+		int err;
+
+		rd = &fs->fs_rgds[ri];
+		if (rd->rd_free <= rd->rd_pending)
+			continue;
+		err = rg_header(fs, rd, &b);
+		if (err)
+			return err;
+		uint8_t *bm = b->b_data + SHOAL_RG_BITMAP_OFF;
+		if (rg_search(rd, bm, t == 0 ? start : rd->rd_last, n, &k, &len)) {
+			buf_put(fs, b);
+			continue;
+		}
+		trans_add(fs, b);
+		rg = (void *)b->b_data;
+		for (uint32_t i = 0; i < len; i++)
+			bm_set(bm, k + i, state);
+		rg->rg_free -= len;
+		if (state == SHOAL_B_DINODE || state == SHOAL_B_UNLINKED)
+			rg->rg_dinodes += len;
+		rd->rd_free = rg->rg_free;
+		rd->rd_last = k + len < rd->rd_length ? k + len : 0;
+		fs->fs_rg_alloc = ri;
+		buf_put(fs, b);
+		*first = rd->rd_data0 + k;
+		*got = len;
+		return 0;
+	}
+	return -ENOSPC;
+}
+
+int rg_free(struct shoal_fs *fs, uint64_t blkno, uint32_t n)
+{
+	while (n) {
+		struct shoal_rgd *rd = rg_of(fs, blkno);
+		struct shoal_buf *b;
+		struct shoal_rg *rg;
+		int err;
+
+		if (!rd)
+			return fs_corrupt(fs, blkno, "freeing a block outside every resource group");
+		err = rg_header(fs, rd, &b);
+		if (err)
+			return err;
+		if (!rd->rd_pend_map) {
+			rd->rd_pend_map = calloc((rd->rd_length + 7) / 8, 1);
+			if (!rd->rd_pend_map) {
+				buf_put(fs, b);
+				return -ENOMEM;
+			}
+		}
+		trans_add(fs, b);
+		rg = (void *)b->b_data;
+		uint8_t *bm = b->b_data + SHOAL_RG_BITMAP_OFF;
+		while (n && blkno < rd->rd_data0 + rd->rd_length) {
+			uint32_t k = (uint32_t)(blkno - rd->rd_data0);
+			int old = bm_get(bm, k);
+			if (old == SHOAL_B_FREE) {
+				buf_put(fs, b);
+				return fs_corrupt(fs, blkno, "freeing a block that is already free");
+			}
+			if (old == SHOAL_B_DINODE || old == SHOAL_B_UNLINKED)
+				rg->rg_dinodes--;
+			bm_set(bm, k, SHOAL_B_FREE);
+			rg->rg_free++;
+			if (!pend_get(rd, k)) {
+				rd->rd_pend_map[k >> 3] |= (uint8_t)(1u << (k & 7));
+				rd->rd_pending++;
+			}
+			buf_forget(fs, blkno);
+			blkno++;
+			n--;
+		}
+		rd->rd_free = rg->rg_free;
+		buf_put(fs, b);
+	}
+	return 0;
+}
+
+int rg_set_state(struct shoal_fs *fs, uint64_t blkno, int state)
+{
+	struct shoal_rgd *rd = rg_of(fs, blkno);
+	struct shoal_buf *b;
+	int err;
+
+	if (!rd)
+		return fs_corrupt(fs, blkno, "block outside every resource group");
+	err = rg_header(fs, rd, &b);
+	if (err)
+		return err;
+	trans_add(fs, b);
+	bm_set(b->b_data + SHOAL_RG_BITMAP_OFF, (uint32_t)(blkno - rd->rd_data0), state);
+	buf_put(fs, b);
+	return 0;
+}
+
+int rg_get_state(struct shoal_fs *fs, uint64_t blkno, int *state)
+{
+	struct shoal_rgd *rd = rg_of(fs, blkno);
+	struct shoal_buf *b;
+	int err;
+
+	if (!rd)
+		return -EINVAL;
+	err = rg_header(fs, rd, &b);
+	if (err)
+		return err;
+	*state = bm_get(b->b_data + SHOAL_RG_BITMAP_OFF, (uint32_t)(blkno - rd->rd_data0));
+	buf_put(fs, b);
+	return 0;
+}
+
+void rg_release_pending(struct shoal_fs *fs)
+{
+	for (uint32_t i = 0; i < fs->fs_rgcount; i++) {
+		struct shoal_rgd *rd = &fs->fs_rgds[i];
+		free(rd->rd_pend_map);
+		rd->rd_pend_map = NULL;
+		rd->rd_pending = 0;
+	}
+}
+
+uint64_t rg_free_total(struct shoal_fs *fs)
+{
+	uint64_t t = 0;
+	for (uint32_t i = 0; i < fs->fs_rgcount; i++)
+		t += fs->fs_rgds[i].rd_free;
+	return t;
+}
+
+uint64_t rg_pending_total(struct shoal_fs *fs)
+{
+	uint64_t t = 0;
+	for (uint32_t i = 0; i < fs->fs_rgcount; i++)
+		t += fs->fs_rgds[i].rd_pending;
+	return t;
+}
+
+int rg_reap_unlinked(struct shoal_fs *fs, uint32_t *reaped)
+{
+	*reaped = 0;
+	for (uint32_t i = 0; i < fs->fs_rgcount; i++) {
+		struct shoal_rgd *rd = &fs->fs_rgds[i];
+		for (uint32_t k = 0; k < rd->rd_length; k++) {
+			struct shoal_buf *b;
+			struct shoal_inode *ip;
+			int err = rg_header(fs, rd, &b), st;
+			if (err)
+				return err;
+			st = bm_get(b->b_data + SHOAL_RG_BITMAP_OFF, k);
+			buf_put(fs, b);
+			if (st != SHOAL_B_UNLINKED)
+				continue;
+			err = inode_get(fs, rd->rd_data0 + k, &ip);
+			if (err)
+				return err;
+			if (ip_di(ip)->di_nlink == 0 && ip->i_open == 0 && ip->i_nlookup == 0)
+				err = inode_destroy(fs, ip);
+			inode_put(fs, ip);
+			if (err)
+				return err;
+			(*reaped)++;
+		}
+	}
+	return 0;
+}

@@ -1,0 +1,401 @@
+/*
+ * super.c - mounting and unmounting, the background commit thread, error
+ * reporting and counters.
+ *
+ * Mount order: superblock (primary, else backup) -> buffer cache -> replay
+ * of this node's journal -> resource groups -> root inode -> free orphans
+ * left UNLINKED by a dead mount -> journal marked in use -> commit thread.
+ * Unmount reverses it and leaves the journal CLEAN with nothing to replay.
+ *
+ * Invariants:
+ *  (1) a superblock is used only after meta_check and a geometry check: no
+ *      value from it indexes memory unchecked;
+ *  (2) a mount that hit a journal or shared-structure write error is
+ *      read-only from then on (fs_ro), and says why (fs_err);
+ *  (3) the commit thread commits at most mo_commit_secs after a change.
+ */
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "internal.h"
+#include "meta.h"
+
+int fs_corrupt(struct shoal_fs *fs, uint64_t blkno, const char *what)
+{
+	fs->fs_ctr.sc_corrupt++;
+	/* one line per event, naming the block; bounded to keep logs sane */
+	if (fs->fs_ctr.sc_corrupt <= 1000)
+		fprintf(stderr, "shoal: corrupt metadata at block %llu: %s\n",
+			(unsigned long long)blkno, what);
+	return -EUCLEAN;
+}
+
+void fs_error(struct shoal_fs *fs, const char *fmt, ...)
+{
+	va_list ap;
+	if (fs->fs_ro)
+		return;
+	va_start(ap, fmt);
+	vsnprintf(fs->fs_err, sizeof(fs->fs_err), fmt, ap);
+	va_end(ap);
+	fs->fs_ro = 1;
+	fprintf(stderr, "shoal: %s: filesystem is now read-only\n", fs->fs_err);
+}
+
+static int sb_geometry_ok(const struct shoal_sb *sb, uint64_t devsize)
+{
+	uint64_t bs = sb->sb_bsize;
+	if (sb->sb_format != SHOAL_FORMAT || bs < SHOAL_MIN_BSIZE || bs > SHOAL_MAX_BSIZE ||
+	    (bs & (bs - 1)) || (1ull << sb->sb_bsize_shift) != bs)
+		return 0;
+	if (sb->sb_blocks < 8 || sb->sb_blocks > devsize / bs)
+		return 0;
+	if (sb->sb_jfirst != 1 || sb->sb_jcount == 0 || sb->sb_jblocks < 8 ||
+	    sb->sb_jfirst + (uint64_t)sb->sb_jcount * sb->sb_jblocks > sb->sb_rgfirst)
+		return 0;
+	if (sb->sb_rgcount == 0 || sb->sb_rgblocks < 2 ||
+	    sb->sb_rgfirst + (uint64_t)(sb->sb_rgcount - 1) * sb->sb_rgblocks + 1 >= sb->sb_blocks)
+		return 0;
+	if (sb->sb_root <= sb->sb_rgfirst || sb->sb_root >= sb->sb_blocks - 1)
+		return 0;
+	return 1;
+}
+
+/* Read the superblock at blkno with block size bs; 0 if valid. */
+static int sb_try(struct shoal_dev *dev, uint64_t blkno, uint32_t bs, struct shoal_sb *out)
+{
+	uint8_t *blk = malloc(bs);
+	int err;
+	if (!blk)
+		return -ENOMEM;
+	err = dev_read(dev, blk, bs, blkno * bs);
+	if (!err && meta_check(blk, bs, SHOAL_MT_SB, blkno))
+		err = -EUCLEAN;
+	if (!err) {
+		memcpy(out, blk, sizeof(*out));
+		if (out->sb_bsize != bs || !sb_geometry_ok(out, dev->d_size))
+			err = -EUCLEAN;
+	}
+	free(blk);
+	return err;
+}
+
+static int sb_read(struct shoal_fs *fs)
+{
+	struct shoal_dev *dev = fs->fs_dev;
+	struct shoal_mh mh;
+	uint8_t first[1024];
+	int err;
+
+	if (dev->d_size < 1024 * 8) {
+		snprintf(fs->fs_err, sizeof(fs->fs_err), "device too small to hold shoal");
+		return -EINVAL;
+	}
+	err = dev_read(dev, first, sizeof(first), 0);
+	if (err)
+		return err;
+	memcpy(&mh, first, sizeof(mh));
+	if (mh.mh_magic == SHOAL_MAGIC && mh.mh_type == SHOAL_MT_SB) {
+		struct shoal_sb *s = (void *)first;
+		if (s->sb_bsize >= SHOAL_MIN_BSIZE && s->sb_bsize <= SHOAL_MAX_BSIZE &&
+		    !sb_try(dev, 0, s->sb_bsize, &fs->fs_sb))
+			return 0;
+	}
+	/* primary unusable: look for the backup in the last block */
+	for (uint32_t bs = SHOAL_MIN_BSIZE; bs <= SHOAL_MAX_BSIZE; bs <<= 1) {
+		uint64_t nb = dev->d_size / bs;
+		if (nb < 8)
+			break;
+		if (!sb_try(dev, nb - 1, bs, &fs->fs_sb) && fs->fs_sb.sb_blocks == nb) {
+			fprintf(stderr, "shoal: primary superblock bad, using the backup at block %llu\n",
+				(unsigned long long)(nb - 1));
+			return 0;
+		}
+	}
+	if (mh.mh_magic != SHOAL_MAGIC)
+		snprintf(fs->fs_err, sizeof(fs->fs_err), "not a shoal filesystem (no superblock)");
+	else
+		snprintf(fs->fs_err, sizeof(fs->fs_err),
+			 "superblock damaged and no valid backup: run fsck.shoal");
+	return -EINVAL;
+}
+
+static void *commit_thread(void *arg)
+{
+	struct shoal_fs *fs = arg;
+	unsigned secs = fs->fs_opts.mo_commit_secs ? fs->fs_opts.mo_commit_secs : 5;
+
+	pthread_mutex_lock(&fs->fs_lock);
+	while (!fs->fs_stopping) {
+		struct timespec ts;
+		clock_gettime(CLOCK_REALTIME, &ts);
+		ts.tv_sec += secs;
+		pthread_cond_timedwait(&fs->fs_commit_cond, &fs->fs_lock, &ts);
+		if (fs->fs_stopping || fs->fs_ro)
+			continue;
+		if (fs->fs_j.j_tcount)
+			jnl_commit(fs);
+		if (fs->fs_j.j_used > (fs->fs_j.j_blocks - 1) / 2)
+			jnl_checkpoint(fs);
+	}
+	pthread_mutex_unlock(&fs->fs_lock);
+	return NULL;
+}
+
+int shoal_mount(struct shoal_dev *dev, const struct shoal_mount_opts *opts,
+		struct shoal_fs **out)
+{
+	struct shoal_fs *fs = calloc(1, sizeof(*fs));
+	pthread_mutexattr_t ma;
+	struct shoal_inode *root;
+	uint32_t slot, replayed = 0, reaped = 0;
+	int err;
+
+	if (!fs)
+		return -ENOMEM;
+	fs->fs_dev = dev;
+	if (opts)
+		fs->fs_opts = *opts;
+	if (!fs->fs_opts.mo_lock)
+		fs->fs_opts.mo_lock = "nolock";
+	if (strcmp(fs->fs_opts.mo_lock, "nolock") != 0) {
+		snprintf(fs->fs_err, sizeof(fs->fs_err), "lock module '%s' is not available",
+			 fs->fs_opts.mo_lock);
+		err = -EPROTONOSUPPORT;
+		goto out_free;
+	}
+	if (fs->fs_opts.mo_node)
+		snprintf(fs->fs_node, sizeof(fs->fs_node), "%s", fs->fs_opts.mo_node);
+	else
+		gethostname(fs->fs_node, sizeof(fs->fs_node) - 1);
+	fs->fs_ro = fs->fs_opts.mo_readonly || dev->d_readonly;
+	pthread_mutexattr_init(&ma);
+	pthread_mutexattr_settype(&ma, PTHREAD_MUTEX_RECURSIVE);
+	pthread_mutex_init(&fs->fs_lock, &ma);
+	pthread_mutexattr_destroy(&ma);
+	pthread_cond_init(&fs->fs_commit_cond, NULL);
+
+	err = sb_read(fs);
+	if (err)
+		goto out_free;
+	if (fs->fs_sb.sb_feat_incompat & ~SHOAL_FEAT_INCOMPAT_SUPP) {
+		snprintf(fs->fs_err, sizeof(fs->fs_err), "unsupported incompatible features %#llx",
+			 (unsigned long long)(fs->fs_sb.sb_feat_incompat & ~SHOAL_FEAT_INCOMPAT_SUPP));
+		err = -EINVAL;
+		goto out_free;
+	}
+	if (fs->fs_sb.sb_feat_ro_compat & ~SHOAL_FEAT_RO_COMPAT_SUPP)
+		fs->fs_ro = 1;
+	fs->fs_bsize = fs->fs_sb.sb_bsize;
+	fs->fs_bshift = fs->fs_sb.sb_bsize_shift;
+	/* nolock: one node, journal 0 unless told otherwise */
+	slot = fs->fs_opts.mo_journal > 0 ? (uint32_t)fs->fs_opts.mo_journal : 0;
+	if (slot >= fs->fs_sb.sb_jcount) {
+		snprintf(fs->fs_err, sizeof(fs->fs_err), "journal %u does not exist", slot);
+		err = -EINVAL;
+		goto out_free;
+	}
+	fs->fs_ihmask = 4095;
+	fs->fs_ihash = calloc(fs->fs_ihmask + 1, sizeof(*fs->fs_ihash));
+	if (!fs->fs_ihash) {
+		err = -ENOMEM;
+		goto out_free;
+	}
+	err = bc_init(fs);
+	if (err)
+		goto out_free;
+	err = jnl_recover(fs, slot, &replayed);
+	if (err) {
+		if (err == -EROFS)
+			snprintf(fs->fs_err, sizeof(fs->fs_err),
+				 "journal %u needs recovery, which a read-only mount cannot do", slot);
+		else if (!fs->fs_err[0])
+			snprintf(fs->fs_err, sizeof(fs->fs_err), "journal %u cannot be replayed: %s",
+				 slot, strerror(-err));
+		goto out_bc;
+	}
+	if (replayed)
+		fprintf(stderr, "shoal: journal %u: replayed %u transactions\n", slot, replayed);
+	err = jnl_load(fs, slot);
+	if (err)
+		goto out_bc;
+	err = rg_load(fs);
+	if (err) {
+		snprintf(fs->fs_err, sizeof(fs->fs_err), "resource groups unreadable: run fsck.shoal");
+		goto out_rg;
+	}
+	err = inode_get(fs, fs->fs_sb.sb_root, &root);
+	if (err || !S_ISDIR(ip_di(root)->di_mode)) {
+		if (!err)
+			inode_put(fs, root);
+		snprintf(fs->fs_err, sizeof(fs->fs_err), "root directory unreadable: run fsck.shoal");
+		err = -EIO;
+		goto out_rg;
+	}
+	root->i_nlookup++; /* pinned for the mount's lifetime */
+	inode_put(fs, root);
+	if (!fs->fs_ro) {
+		pthread_mutex_lock(&fs->fs_lock);
+		err = rg_reap_unlinked(fs, &reaped);
+		if (!err)
+			err = jnl_checkpoint(fs);
+		if (!err)
+			err = jnl_mark_clean(fs, 0);
+		pthread_mutex_unlock(&fs->fs_lock);
+		if (err) {
+			snprintf(fs->fs_err, sizeof(fs->fs_err), "cannot write the journal: %s",
+				 strerror(-err));
+			goto out_rg;
+		}
+		if (reaped)
+			fprintf(stderr, "shoal: freed %u orphan inodes\n", reaped);
+		if (pthread_create(&fs->fs_commit_thread, NULL, commit_thread, fs) == 0)
+			fs->fs_commit_started = 1;
+	}
+	*out = fs;
+	return 0;
+out_rg:
+	rg_destroy(fs);
+out_bc:
+	bc_destroy(fs);
+out_free:
+	fprintf(stderr, "shoal: mount failed: %s\n", fs->fs_err[0] ? fs->fs_err : strerror(-err));
+	free(fs->fs_ihash);
+	free(fs);
+	return err;
+}
+
+const char *shoal_error(struct shoal_fs *fs)
+{
+	return fs->fs_err[0] ? fs->fs_err : NULL;
+}
+
+static void free_inodes(struct shoal_fs *fs)
+{
+	for (uint32_t i = 0; i <= fs->fs_ihmask; i++) {
+		struct shoal_inode *ip = fs->fs_ihash[i];
+		while (ip) {
+			struct shoal_inode *n = ip->i_hnext;
+			buf_put(fs, ip->i_bh);
+			free(ip);
+			ip = n;
+		}
+		fs->fs_ihash[i] = NULL;
+	}
+}
+
+int shoal_unmount(struct shoal_fs *fs)
+{
+	int err = 0;
+
+	if (fs->fs_commit_started) {
+		pthread_mutex_lock(&fs->fs_lock);
+		fs->fs_stopping = 1;
+		pthread_cond_signal(&fs->fs_commit_cond);
+		pthread_mutex_unlock(&fs->fs_lock);
+		pthread_join(fs->fs_commit_thread, NULL);
+	}
+	pthread_mutex_lock(&fs->fs_lock);
+	if (!fs->fs_ro) {
+		/* nobody uses anything any more: free what has no links */
+		for (uint32_t i = 0; i <= fs->fs_ihmask; i++) {
+			struct shoal_inode *ip = fs->fs_ihash[i], *n;
+			for (; ip; ip = n) {
+				n = ip->i_hnext;
+				if (ip_di(ip)->di_nlink == 0) {
+					ip->i_ref++;
+					inode_destroy(fs, ip);
+					ip->i_ref--;
+					ip->i_open = 0;
+					ip->i_nlookup = 0;
+					ip->i_ref = 1;
+					inode_put(fs, ip);
+				}
+			}
+		}
+		err = jnl_checkpoint(fs);
+		if (!err)
+			err = jnl_mark_clean(fs, 1);
+	}
+	free_inodes(fs);
+	pthread_mutex_unlock(&fs->fs_lock);
+	rg_destroy(fs);
+	bc_destroy(fs);
+	dev_close(fs->fs_dev);
+	pthread_mutex_destroy(&fs->fs_lock);
+	pthread_cond_destroy(&fs->fs_commit_cond);
+	free(fs->fs_ihash);
+	free(fs);
+	return err;
+}
+
+int shoal_sync(struct shoal_fs *fs)
+{
+	int err = 0;
+	pthread_mutex_lock(&fs->fs_lock);
+	if (!fs->fs_ro) {
+		err = jnl_commit(fs);
+		if (!err)
+			err = dev_flush_if_needed(fs->fs_dev);
+	}
+	pthread_mutex_unlock(&fs->fs_lock);
+	return err;
+}
+
+uint64_t shoal_root(struct shoal_fs *fs)
+{
+	return fs->fs_sb.sb_root;
+}
+
+uint32_t shoal_bsize(struct shoal_fs *fs)
+{
+	return fs->fs_bsize;
+}
+
+int shoal_is_readonly(struct shoal_fs *fs)
+{
+	return fs->fs_ro;
+}
+
+void shoal_counters(struct shoal_fs *fs, struct shoal_counters *out)
+{
+	struct shoal_dev_stats ds;
+	pthread_mutex_lock(&fs->fs_lock);
+	*out = fs->fs_ctr;
+	pthread_mutex_unlock(&fs->fs_lock);
+	dev_stats_get(fs->fs_dev, &ds);
+	out->sc_dev_reads = ds.ds_reads;
+	out->sc_dev_read_bytes = ds.ds_read_bytes;
+	out->sc_dev_writes = ds.ds_writes;
+	out->sc_dev_write_bytes = ds.ds_write_bytes;
+	out->sc_dev_flushes = ds.ds_flushes;
+}
+
+int shoal_statfs(struct shoal_fs *fs, struct statvfs *sv)
+{
+	uint64_t total = 0, dinodes = 0;
+	memset(sv, 0, sizeof(*sv));
+	pthread_mutex_lock(&fs->fs_lock);
+	for (uint32_t i = 0; i < fs->fs_rgcount; i++)
+		total += fs->fs_rgds[i].rd_length;
+	uint64_t fr = rg_free_total(fs);
+	dinodes = fs->fs_icount;
+	pthread_mutex_unlock(&fs->fs_lock);
+	(void)dinodes;
+	sv->f_bsize = fs->fs_bsize;
+	sv->f_frsize = fs->fs_bsize;
+	sv->f_blocks = total;
+	sv->f_bfree = fr;
+	sv->f_bavail = fr;
+	sv->f_files = total;
+	sv->f_ffree = fr;
+	sv->f_favail = fr;
+	memcpy(&sv->f_fsid, fs->fs_sb.sb_uuid, sizeof(sv->f_fsid));
+	sv->f_namemax = SHOAL_NAME_MAX;
+	return 0;
+}

@@ -1,0 +1,270 @@
+/*
+ * ctl.c - the per-mount control socket server: one thread that accepts
+ * connections on /run/shoal/mnt-MAJOR:MINOR.sock, reads one command line,
+ * runs the matching entry of a command table and closes the connection.
+ *
+ * Owns the control thread, the listening socket, its path and a wake-up
+ * pipe.  Invariants:
+ *  (1) the control thread is never a FUSE worker: it may issue requests to
+ *      its own mount (the stat of the mountpoint that yields the device
+ *      number) without deadlocking the session;
+ *  (2) commands run one at a time on the control thread, each connection is
+ *      served to the end before the next is accepted; a client that stalls
+ *      is dropped after CTL_IO_TIMEOUT_S, so it cannot stop the server;
+ *  (3) the socket file exists only while the server is listening on it:
+ *      created (after removing a stale one) before ready is called, removed
+ *      by ctl_stop();
+ *  (4) ready is called exactly once, from the control thread.
+ *
+ * States: STARTING (stat + bind) -> SERVING -> STOPPED (ctl_stop writes the
+ * wake-up pipe; the thread leaves its poll loop; ctl_stop joins it).
+ * A failed STARTING goes straight to STOPPED after ready(err).
+ */
+#include "ctl.h"
+
+#include <shoal/ctl.h>
+
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/time.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#define CTL_IO_TIMEOUT_S 5
+
+struct ctl_server {
+	char *cs_mountpoint;
+	const struct ctl_cmd *cs_cmds;
+	void *cs_arg;
+	ctl_ready_fn cs_ready;
+	void *cs_ready_arg;
+	pthread_t cs_thread;
+	int cs_wake[2];     /* ctl_stop writes [1]; the thread polls [0] */
+	int cs_listen;      /* -1 until bound; owned by the thread */
+	char cs_path[sizeof(((struct sockaddr_un *)0)->sun_path)]; /* "" until bound */
+};
+
+/* The built-in "help": every command and what it does. */
+static void ctl_help(struct ctl_server *cs, FILE *out)
+{
+	const struct ctl_cmd *cc;
+
+	fprintf(out, "help: list the commands\n");
+	for (cc = cs->cs_cmds; cc->cc_name; cc++)
+		fprintf(out, "%s: %s\n", cc->cc_name, cc->cc_help);
+}
+
+/* Read one line (up to '\n' or EOF) into buf: its length, or -errno. */
+static ssize_t ctl_read_line(int fd, char *buf, size_t size)
+{
+	size_t len = 0;
+
+	while (len < size - 1) {
+		ssize_t n = read(fd, buf + len, size - 1 - len);
+		if (n < 0) {
+			if (errno == EINTR)
+				continue;
+			return -errno;
+		}
+		if (n == 0)
+			break;
+		len += (size_t)n;
+		if (memchr(buf + len - (size_t)n, '\n', (size_t)n))
+			break;
+	}
+	buf[len] = '\0';
+	if (len == size - 1 && !strchr(buf, '\n'))
+		return -E2BIG;
+	buf[strcspn(buf, "\r\n")] = '\0';
+	return (ssize_t)strlen(buf);
+}
+
+/* Serve one connection: read the command, run it, reply.  Closes fd. */
+static void ctl_serve(struct ctl_server *cs, int fd)
+{
+	struct timeval tv = { .tv_sec = CTL_IO_TIMEOUT_S };
+	char line[SHOAL_CTL_LINE_MAX];
+	const struct ctl_cmd *cc;
+	const char *args;
+	size_t namelen;
+	ssize_t n;
+	FILE *out;
+	int ret;
+
+	setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+	setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
+	n = ctl_read_line(fd, line, sizeof(line));
+	out = fdopen(fd, "w");
+	if (!out) {
+		close(fd);
+		return;
+	}
+	if (n < 0) {
+		fprintf(out, "error %s\n", strerror((int)-n));
+		goto out_close;
+	}
+	namelen = strcspn(line, " \t");
+	args = line + namelen + strspn(line + namelen, " \t");
+	if (namelen == 4 && !strncmp(line, "help", 4)) {
+		ctl_help(cs, out);
+		goto out_close;
+	}
+	for (cc = cs->cs_cmds; cc->cc_name; cc++)
+		if (strlen(cc->cc_name) == namelen && !strncmp(line, cc->cc_name, namelen))
+			break;
+	if (!cc->cc_name) {
+		fprintf(out, "error unknown command\n");
+		goto out_close;
+	}
+	ret = cc->cc_run(cs->cs_arg, args, out);
+	if (ret < 0)
+		fprintf(out, "error %s\n", strerror(-ret));
+out_close:
+	fclose(out); /* closes fd; a vanished client is no error of ours */
+}
+
+/* STARTING: learn the device number, bind and listen.  0 or -errno. */
+static int ctl_bind(struct ctl_server *cs, dev_t *dev)
+{
+	struct sockaddr_un sa = { .sun_family = AF_UNIX };
+	char parent[PATH_MAX];
+	struct stat st, pst;
+	int fd, ret;
+
+	if (stat(cs->cs_mountpoint, &st) < 0)
+		return -errno;
+	/* Still our mount?  Its root is on another device than its parent. */
+	snprintf(parent, sizeof(parent), "%s/..", cs->cs_mountpoint);
+	if (stat(parent, &pst) == 0 && pst.st_dev == st.st_dev)
+		return -ENOTCONN;
+	if (mkdir(SHOAL_CTL_DIR, 0700) < 0 && errno != EEXIST)
+		return -errno;
+	shoal_ctl_path(cs->cs_path, sizeof(cs->cs_path), st.st_dev, "sock");
+	fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	if (fd < 0) {
+		ret = -errno;
+		goto out_nopath;
+	}
+	memcpy(sa.sun_path, cs->cs_path, sizeof(sa.sun_path));
+	/* A socket with our device number can only be left by a dead daemon. */
+	unlink(cs->cs_path);
+	if (bind(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0) {
+		ret = -errno;
+		goto out_close;
+	}
+	if (chmod(cs->cs_path, 0600) < 0 || listen(fd, 16) < 0) {
+		ret = -errno;
+		goto out_unlink;
+	}
+	cs->cs_listen = fd;
+	*dev = st.st_dev;
+	return 0;
+
+out_unlink:
+	unlink(cs->cs_path);
+out_close:
+	close(fd);
+out_nopath:
+	cs->cs_path[0] = '\0';
+	return ret;
+}
+
+static void *ctl_main(void *arg)
+{
+	struct ctl_server *cs = arg;
+	dev_t dev = 0;
+	int ret;
+
+	ret = ctl_bind(cs, &dev);
+	cs->cs_ready(cs->cs_ready_arg, ret < 0 ? 0 : dev, ret);
+	if (ret < 0)
+		return NULL;
+	for (;;) {
+		struct pollfd pfd[2] = {
+			{ .fd = cs->cs_listen, .events = POLLIN },
+			{ .fd = cs->cs_wake[0], .events = POLLIN },
+		};
+		int fd;
+
+		if (poll(pfd, 2, -1) < 0) {
+			if (errno == EINTR)
+				continue;
+			break;
+		}
+		if (pfd[1].revents)
+			break;
+		if (!pfd[0].revents)
+			continue;
+		fd = accept4(cs->cs_listen, NULL, NULL, SOCK_CLOEXEC);
+		if (fd < 0)
+			continue; /* ECONNABORTED, EMFILE...: try again later */
+		ctl_serve(cs, fd);
+	}
+	return NULL;
+}
+
+int ctl_start(const char *mountpoint, const struct ctl_cmd *cmds, void *arg,
+	      ctl_ready_fn ready, void *ready_arg, struct ctl_server **out)
+{
+	struct ctl_server *cs;
+	int ret;
+
+	cs = calloc(1, sizeof(*cs));
+	if (!cs)
+		return -ENOMEM;
+	cs->cs_mountpoint = strdup(mountpoint);
+	if (!cs->cs_mountpoint) {
+		ret = -ENOMEM;
+		goto out_free;
+	}
+	cs->cs_cmds = cmds;
+	cs->cs_arg = arg;
+	cs->cs_ready = ready;
+	cs->cs_ready_arg = ready_arg;
+	cs->cs_listen = -1;
+	if (pipe2(cs->cs_wake, O_CLOEXEC) < 0) {
+		ret = -errno;
+		goto out_free_mp;
+	}
+	ret = -pthread_create(&cs->cs_thread, NULL, ctl_main, cs);
+	if (ret < 0)
+		goto out_close_pipe;
+	*out = cs;
+	return 0;
+
+out_close_pipe:
+	close(cs->cs_wake[0]);
+	close(cs->cs_wake[1]);
+out_free_mp:
+	free(cs->cs_mountpoint);
+out_free:
+	free(cs);
+	return ret;
+}
+
+void ctl_stop(struct ctl_server *cs)
+{
+	ssize_t n;
+
+	if (!cs)
+		return;
+	do
+		n = write(cs->cs_wake[1], "x", 1);
+	while (n < 0 && errno == EINTR);
+	pthread_join(cs->cs_thread, NULL);
+	if (cs->cs_listen >= 0) {
+		unlink(cs->cs_path);
+		close(cs->cs_listen);
+	}
+	close(cs->cs_wake[0]);
+	close(cs->cs_wake[1]);
+	free(cs->cs_mountpoint);
+	free(cs);
+}

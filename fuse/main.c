@@ -1,0 +1,546 @@
+/*
+ * main.c - shoal-mount: mount a shoal filesystem through FUSE and serve it
+ * until it is unmounted.
+ *
+ *	shoal-mount [-f] [-d] [-o OPTION[,OPTION...]] DEVICE MOUNTPOINT
+ *
+ * Start-up, in this order, so that the caller sees every error:
+ *   parse options -> fork (the parent waits on a pipe for the child's verdict)
+ *   -> dev_open -> shoal_mount -> fuse_session_new -> fuse_session_mount
+ *   -> control thread: stats the mount (served by the loop started next),
+ *      binds the socket, then calls on_ready: the child detaches (stdio to
+ *      /dev/null, stderr to the log) and tells the parent to exit 0
+ *   -> multithreaded FUSE loop.
+ * Shutdown (umount, fusermount3 -u, SIGTERM, SIGINT, SIGHUP): the loop ends
+ *   -> fuse_session_unmount -> fuse_session_destroy -> ctl_stop
+ *   -> shoal_unmount -> exit 0.
+ *
+ * Invariants:
+ *  (1) the process the caller started exits 0 only once the filesystem is
+ *      mounted and served; a failure before that is printed on the caller's
+ *      stderr as "shoal-mount: WHAT: REASON" and exits non-zero;
+ *  (2) the fork comes before libshoal starts, because its threads must live
+ *      in the process that serves the mount (fuse_daemonize() forks late,
+ *      after the mount, and would leave them behind);
+ *  (3) only the thread that runs the FUSE loop takes SIGINT, SIGTERM and
+ *      SIGHUP: libfuse blocks them in its workers, we block them before
+ *      libshoal and the control thread start, so a signal always wakes the
+ *      loop; once the loop has ended they stay blocked, so a second signal
+ *      cannot kill shoal_unmount half-way;
+ *  (4) shoal_unmount runs only after the session can deliver no more
+ *      requests and the control thread has stopped.
+ */
+#include "smount.h"
+
+#include "dev.h"
+
+#include <shoal/ctl.h>
+
+#include <errno.h>
+#include <fcntl.h>
+#include <getopt.h>
+#include <limits.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#define PROG "shoal-mount"
+
+/* Options that are not libshoal's. */
+struct mount_args {
+	char *ma_kernel;        /* for fuse_session_new's -o: mount and FUSE options */
+	unsigned ma_max_threads; /* 0: libfuse's default */
+	int ma_foreground;
+	int ma_debug;
+};
+
+/* The verdict pipe to the waiting parent, or -1; see notify_parent(). */
+static int verdict_fd = -1;
+/* Set once the session is ending: start-up can no longer succeed. */
+static int stopping;
+
+static void usage(FILE *out)
+{
+	fprintf(out,
+		"usage: " PROG " [-f] [-d] [-o OPTION[,OPTION...]] DEVICE MOUNTPOINT\n"
+		"\n"
+		"Mount the shoal filesystem on DEVICE (an image file or a block device)\n"
+		"at MOUNTPOINT through FUSE and serve it until it is unmounted (umount,\n"
+		"fusermount3 -u, or SIGTERM/SIGINT to the daemon).\n"
+		"\n"
+		"  -f        stay in the foreground (default: detach once mounted)\n"
+		"  -d        debug: log every FUSE request to stderr (implies -f)\n"
+		"  -o OPTS   comma-separated options; -o may be repeated\n"
+		"  -h        this help\n"
+		"\n"
+		"shoal options:\n"
+		"  lock=nolock            a single node, no lock server (the default)\n"
+		"  lock=shoal://HOST:PORT, lock=shoal:unix:PATH\n"
+		"                         a shoal-lockd server (not supported yet)\n"
+		"  node=NAME              this node's name (default: the host name)\n"
+		"  relatime|noatime|strictatime\n"
+		"                         when reads update atime (default: relatime)\n"
+		"  commit=SECONDS         journal commit interval (default 5; 0: default)\n"
+		"  cache=SIZE[K|M|G]      metadata buffer cache (default 256M)\n"
+		"  journal=N              journal slot (default: the lock module's choice)\n"
+		"  ro, rw                 read-only or read-write (default rw)\n"
+		"  max_threads=N          FUSE worker threads (default: libfuse's, 10)\n"
+		"mount and FUSE options passed on:\n"
+		"  allow_other, allow_root, auto_unmount, nosuid, suid, nodev, dev,\n"
+		"  noexec, exec, sync, async, dirsync, context=, fscontext=,\n"
+		"  defcontext=, rootcontext=\n"
+		"always set: default_permissions (the kernel checks permissions from\n"
+		"shoal's attributes), fsname=DEVICE, subtype=shoal.\n"
+		"\n"
+		"Exit status: 0 mounted (with -f: unmounted cleanly); 1 the mount, the\n"
+		"session or the unmount failed; 2 bad usage or options.\n");
+}
+
+static void die_usage(const char *fmt, const char *arg)
+{
+	fprintf(stderr, PROG ": ");
+	fprintf(stderr, fmt, arg);
+	fprintf(stderr, "\n(" PROG " -h for help)\n");
+	exit(2);
+}
+
+/* Parse an unsigned number with an optional binary K/M/G/T suffix. */
+static int parse_size(const char *s, int suffix_ok, uint64_t *out)
+{
+	unsigned long long v;
+	char *end;
+	int shift = 0;
+
+	if (*s < '0' || *s > '9')
+		return -EINVAL;
+	errno = 0;
+	v = strtoull(s, &end, 10);
+	if (errno)
+		return -errno;
+	if (suffix_ok && *end) {
+		const char *units = "KMGT", *u = strchr(units, *end & ~0x20);
+		if (!u || end[1])
+			return -EINVAL;
+		shift = 10 * (int)(u - units + 1);
+		end++;
+		if (v > (UINT64_MAX >> shift))
+			return -ERANGE;
+	}
+	if (*end)
+		return -EINVAL;
+	*out = (uint64_t)v << shift;
+	return 0;
+}
+
+/* Options handed to the kernel mount / libfuse unchanged. */
+static int is_passthrough(const char *opt)
+{
+	static const char *const plain[] = {
+		"allow_other", "allow_root", "auto_unmount", "nosuid", "suid", "nodev", "dev",
+		"noexec", "exec", "sync", "async", "dirsync", NULL,
+	};
+	static const char *const prefixed[] = {
+		"context=", "fscontext=", "defcontext=", "rootcontext=", NULL,
+	};
+	int i;
+
+	for (i = 0; plain[i]; i++)
+		if (!strcmp(opt, plain[i]))
+			return 1;
+	for (i = 0; prefixed[i]; i++)
+		if (!strncmp(opt, prefixed[i], strlen(prefixed[i])))
+			return 1;
+	return 0;
+}
+
+/* One option of -o: into sm->sm_opts or mo; exits 2 on a bad one. */
+static void parse_one(struct smount *sm, struct mount_args *ma, const char *opt)
+{
+	struct shoal_mount_opts *o = &sm->sm_opts;
+	const char *val = strchr(opt, '=');
+	uint64_t n;
+
+	val = val ? val + 1 : "";
+	if (!strncmp(opt, "lock=", 5)) {
+		if (!strcmp(val, "nolock"))
+			o->mo_lock = "nolock";
+		else if (!strncmp(val, "shoal://", 8) || !strncmp(val, "shoal:unix:", 11))
+			die_usage("lock=%s: not supported yet (only lock=nolock)", val);
+		else
+			die_usage("lock=%s: unknown lock protocol", val);
+	} else if (!strncmp(opt, "node=", 5)) {
+		if (!*val || strlen(val) >= sizeof(sm->sm_node))
+			die_usage("%s: bad node name", opt);
+		strcpy(sm->sm_node, val);
+	} else if (!strcmp(opt, "noatime")) {
+		o->mo_atime = SHOAL_NOATIME;
+	} else if (!strcmp(opt, "relatime")) {
+		o->mo_atime = SHOAL_RELATIME;
+	} else if (!strcmp(opt, "strictatime")) {
+		o->mo_atime = SHOAL_STRICTATIME;
+	} else if (!strncmp(opt, "commit=", 7)) {
+		if (parse_size(val, 0, &n) < 0 || n > 24 * 3600)
+			die_usage("%s: want seconds, 0 to 86400", opt);
+		o->mo_commit_secs = n ? (unsigned)n : 5;
+	} else if (!strncmp(opt, "cache=", 6)) {
+		if (parse_size(val, 1, &n) < 0 || n == 0)
+			die_usage("%s: want a size such as 256M", opt);
+		o->mo_cache_bytes = n;
+	} else if (!strncmp(opt, "journal=", 8)) {
+		if (parse_size(val, 0, &n) < 0 || n > INT_MAX)
+			die_usage("%s: want a journal number", opt);
+		o->mo_journal = (int)n;
+	} else if (!strcmp(opt, "ro")) {
+		o->mo_readonly = 1;
+	} else if (!strcmp(opt, "rw")) {
+		o->mo_readonly = 0;
+	} else if (!strncmp(opt, "max_threads=", 12)) {
+		if (parse_size(val, 0, &n) < 0 || n == 0 || n > 1024)
+			die_usage("%s: want 1 to 1024", opt);
+		ma->ma_max_threads = (unsigned)n;
+	} else if (!strcmp(opt, "default_permissions")) {
+		/* always on */
+	} else if (!strncmp(opt, "fsname=", 7) || !strncmp(opt, "subtype=", 8)) {
+		die_usage("%s: set by shoal-mount itself", opt);
+	} else if (is_passthrough(opt)) {
+		if (fuse_opt_add_opt_escaped(&ma->ma_kernel, opt) < 0)
+			die_usage("%s: out of memory", opt);
+	} else {
+		die_usage("unknown option %s", opt);
+	}
+}
+
+/* Split an -o argument at unescaped commas ("\," is a comma in a value). */
+static void parse_options(struct smount *sm, struct mount_args *ma, const char *s)
+{
+	char *tok = malloc(strlen(s) + 1);
+	size_t len = 0;
+
+	if (!tok)
+		die_usage("%s: out of memory", s);
+	for (;; s++) {
+		if (*s == '\\' && s[1]) {
+			tok[len++] = *++s;
+			continue;
+		}
+		if (*s && *s != ',') {
+			tok[len++] = *s;
+			continue;
+		}
+		tok[len] = '\0';
+		if (len)
+			parse_one(sm, ma, tok);
+		len = 0;
+		if (!*s)
+			break;
+	}
+	free(tok);
+}
+
+/* The options in effect, as `shoal status` shows them. */
+static char *shown_options(const struct smount *sm, const struct mount_args *ma)
+{
+	static const char *const atime[] = { "relatime", "noatime", "strictatime" };
+	const struct shoal_mount_opts *o = &sm->sm_opts;
+	char *s = NULL;
+	size_t size = 0;
+	FILE *f;
+
+	f = open_memstream(&s, &size);
+	if (!f)
+		return NULL;
+	fprintf(f, "%s,%s,commit=%u,lock=%s,node=%s", o->mo_readonly ? "ro" : "rw",
+		atime[o->mo_atime], o->mo_commit_secs, o->mo_lock, sm->sm_node);
+	fprintf(f, ",cache=%lluK", (unsigned long long)(o->mo_cache_bytes >> 10));
+	if (o->mo_journal >= 0)
+		fprintf(f, ",journal=%d", o->mo_journal);
+	if (ma->ma_max_threads)
+		fprintf(f, ",max_threads=%u", ma->ma_max_threads);
+	if (ma->ma_kernel)
+		fprintf(f, ",%s", ma->ma_kernel);
+	fclose(f);
+	return s;
+}
+
+/*
+ * Tell the parent how start-up went (0 mounted, else the exit status it
+ * should return), once; later calls do nothing.
+ */
+static void notify_parent(int status)
+{
+	int fd = __atomic_exchange_n(&verdict_fd, -1, __ATOMIC_SEQ_CST);
+	unsigned char c = (unsigned char)status;
+	ssize_t n;
+
+	if (fd < 0)
+		return;
+	do
+		n = write(fd, &c, 1);
+	while (n < 0 && errno == EINTR);
+	close(fd);
+}
+
+/*
+ * Fork; the parent waits for the child's verdict and exits with it.  The
+ * child (the daemon to be) returns, in a session of its own.
+ */
+static void fork_daemon(void)
+{
+	int pfd[2];
+	unsigned char c;
+	ssize_t n;
+	pid_t pid;
+
+	if (pipe2(pfd, O_CLOEXEC) < 0) {
+		fprintf(stderr, PROG ": pipe: %s\n", strerror(errno));
+		exit(1);
+	}
+	pid = fork();
+	if (pid < 0) {
+		fprintf(stderr, PROG ": fork: %s\n", strerror(errno));
+		exit(1);
+	}
+	if (pid > 0) {
+		close(pfd[1]);
+		do
+			n = read(pfd[0], &c, 1);
+		while (n < 0 && errno == EINTR);
+		_exit(n == 1 ? c : 1); /* no verdict: the child died */
+	}
+	close(pfd[0]);
+	verdict_fd = pfd[1];
+	setsid();
+}
+
+/* Leave the caller's terminal: stdin and stdout to /dev/null, stderr to log. */
+static void detach(struct smount *sm, dev_t dev)
+{
+	int fd, log = -1;
+
+	if (dev) {
+		shoal_ctl_path(sm->sm_log, sizeof(sm->sm_log), dev, "log");
+		log = open(sm->sm_log, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
+		if (log < 0)
+			sm->sm_log[0] = '\0';
+	}
+	fd = open("/dev/null", O_RDWR);
+	if (fd >= 0) {
+		dup2(fd, STDIN_FILENO);
+		dup2(fd, STDOUT_FILENO);
+		dup2(log >= 0 ? log : fd, STDERR_FILENO);
+		if (fd > STDERR_FILENO)
+			close(fd);
+	}
+	if (log >= 0)
+		close(log);
+	if (chdir("/") < 0) {
+		/* harmless: we only use absolute paths */
+	}
+}
+
+/* The control thread is serving (err 0) or could not start (err < 0). */
+static void on_ready(void *arg, dev_t dev, int err)
+{
+	struct smount *sm = arg;
+
+	if (err < 0)
+		fprintf(stderr, PROG ": %s: no control socket: %s\n", sm->sm_mountpoint,
+			strerror(-err));
+	if (__atomic_load_n(&verdict_fd, __ATOMIC_SEQ_CST) >= 0 &&
+	    !__atomic_load_n(&stopping, __ATOMIC_SEQ_CST)) {
+		detach(sm, dev);
+		notify_parent(0);
+	}
+}
+
+static void set_signals_blocked(int how)
+{
+	sigset_t set;
+
+	sigemptyset(&set);
+	sigaddset(&set, SIGINT);
+	sigaddset(&set, SIGTERM);
+	sigaddset(&set, SIGHUP);
+	sigaddset(&set, SIGQUIT);
+	pthread_sigmask(how, &set, NULL);
+}
+
+/* The absolute path of arg, or exit 1 with "shoal-mount: arg: reason". */
+static char *abs_path(const char *arg, int want_dir)
+{
+	struct stat st;
+	char *p;
+
+	p = realpath(arg, NULL);
+	if (!p || stat(p, &st) < 0) {
+		fprintf(stderr, PROG ": %s: %s\n", arg, strerror(errno));
+		exit(1);
+	}
+	if (want_dir && !S_ISDIR(st.st_mode)) {
+		fprintf(stderr, PROG ": %s: %s\n", arg, strerror(ENOTDIR));
+		exit(1);
+	}
+	return p;
+}
+
+int main(int argc, char **argv)
+{
+	struct smount sm = { 0 };
+	struct mount_args ma = { 0 };
+	struct fuse_args args = FUSE_ARGS_INIT(0, NULL);
+	struct fuse_loop_config *cfg;
+	struct ctl_server *ctl = NULL;
+	struct shoal_dev *dev;
+	char *fsname;
+	int c, ret, status = 0;
+
+	sm.sm_opts.mo_lock = "nolock";
+	sm.sm_opts.mo_atime = SHOAL_RELATIME;
+	sm.sm_opts.mo_commit_secs = 5;
+	sm.sm_opts.mo_cache_bytes = 256ull << 20;
+	sm.sm_opts.mo_journal = -1;
+	if (gethostname(sm.sm_node, sizeof(sm.sm_node) - 1) < 0 || !sm.sm_node[0])
+		strcpy(sm.sm_node, "localhost");
+
+	while ((c = getopt(argc, argv, "fdo:h")) != -1) {
+		switch (c) {
+		case 'f':
+			ma.ma_foreground = 1;
+			break;
+		case 'd':
+			ma.ma_debug = ma.ma_foreground = 1;
+			break;
+		case 'o':
+			parse_options(&sm, &ma, optarg);
+			break;
+		case 'h':
+			usage(stdout);
+			return 0;
+		default:
+			usage(stderr);
+			return 2;
+		}
+	}
+	if (argc - optind != 2) {
+		usage(stderr);
+		return 2;
+	}
+	sm.sm_opts.mo_node = sm.sm_node;
+	sm.sm_device = abs_path(argv[optind], 0);
+	sm.sm_mountpoint = abs_path(argv[optind + 1], 1);
+	sm.sm_options = shown_options(&sm, &ma);
+	if (!sm.sm_options) {
+		fprintf(stderr, PROG ": %s\n", strerror(ENOMEM));
+		return 1;
+	}
+
+	/* The kernel's options: ours first, then those passed on. */
+	fsname = malloc(strlen(sm.sm_device) + 8);
+	if (!fsname || fuse_opt_add_arg(&args, PROG) < 0 ||
+	    (ma.ma_debug && fuse_opt_add_arg(&args, "-d") < 0)) {
+		fprintf(stderr, PROG ": %s\n", strerror(ENOMEM));
+		return 1;
+	}
+	sprintf(fsname, "fsname=%s", sm.sm_device);
+	{
+		char *k = NULL;
+		if (fuse_opt_add_opt(&k, "default_permissions,subtype=shoal") < 0 ||
+		    fuse_opt_add_opt_escaped(&k, fsname) < 0 ||
+		    (sm.sm_opts.mo_readonly && fuse_opt_add_opt(&k, "ro") < 0) ||
+		    (sm.sm_opts.mo_atime == SHOAL_NOATIME && fuse_opt_add_opt(&k, "noatime") < 0) ||
+		    (ma.ma_kernel && fuse_opt_add_opt(&k, ma.ma_kernel) < 0) ||
+		    fuse_opt_add_arg(&args, "-o") < 0 || fuse_opt_add_arg(&args, k) < 0) {
+			fprintf(stderr, PROG ": %s\n", strerror(ENOMEM));
+			return 1;
+		}
+		free(k);
+	}
+	free(fsname);
+
+	signal(SIGPIPE, SIG_IGN); /* a vanished control client is no reason to die */
+	if (!ma.ma_foreground)
+		fork_daemon();
+	sm.sm_pid = getpid();
+	set_signals_blocked(SIG_BLOCK); /* (3): inherited by every thread from here */
+
+	ret = dev_open(sm.sm_device, sm.sm_opts.mo_readonly, &dev);
+	if (ret < 0) {
+		fprintf(stderr, PROG ": %s: %s\n", sm.sm_device, strerror(-ret));
+		return 1;
+	}
+	ret = shoal_mount(dev, &sm.sm_opts, &sm.sm_fs);
+	if (ret < 0) {
+		/* dev is not closed: who owns it after a failure is unspecified */
+		fprintf(stderr, PROG ": %s: %s\n", sm.sm_device, strerror(-ret));
+		return 1;
+	}
+	if (shoal_is_readonly(sm.sm_fs) && !sm.sm_opts.mo_readonly) {
+		const char *why = shoal_error(sm.sm_fs);
+		fprintf(stderr, PROG ": %s: mounted read-only%s%s\n", sm.sm_device,
+			why ? ": " : "", why ? why : "");
+	}
+
+	sm.sm_se = fuse_session_new(&args, &smount_ops, sizeof(smount_ops), &sm);
+	if (!sm.sm_se) {
+		fprintf(stderr, PROG ": %s: cannot start the FUSE session\n", sm.sm_device);
+		status = 1;
+		goto out_unmount;
+	}
+	if (fuse_session_mount(sm.sm_se, sm.sm_mountpoint) != 0) {
+		fprintf(stderr, PROG ": %s: cannot mount on %s\n", sm.sm_device,
+			sm.sm_mountpoint);
+		status = 1;
+		goto out_destroy;
+	}
+	if (fuse_set_signal_handlers(sm.sm_se) != 0) {
+		fprintf(stderr, PROG ": cannot set signal handlers\n");
+		status = 1;
+		goto out_fuse_unmount;
+	}
+	ret = ctl_start(sm.sm_mountpoint, smount_ctl_cmds, &sm, on_ready, &sm, &ctl);
+	if (ret < 0)
+		on_ready(&sm, 0, ret);
+
+	cfg = fuse_loop_cfg_create();
+	if (!cfg) {
+		fprintf(stderr, PROG ": %s\n", strerror(ENOMEM));
+		status = 1;
+		goto out_signals;
+	}
+	fuse_loop_cfg_set_clone_fd(cfg, 0);
+	if (ma.ma_max_threads)
+		fuse_loop_cfg_set_max_threads(cfg, ma.ma_max_threads);
+	set_signals_blocked(SIG_UNBLOCK);
+	ret = fuse_session_loop_mt(sm.sm_se, cfg);
+	set_signals_blocked(SIG_BLOCK);
+	fuse_loop_cfg_destroy(cfg);
+	if (ret < 0) {
+		fprintf(stderr, PROG ": %s: FUSE session failed: %s\n", sm.sm_mountpoint,
+			strerror(-ret));
+		status = 1;
+	}
+
+out_signals:
+	__atomic_store_n(&stopping, 1, __ATOMIC_SEQ_CST);
+	fuse_remove_signal_handlers(sm.sm_se);
+out_fuse_unmount:
+	fuse_session_unmount(sm.sm_se);
+out_destroy:
+	fuse_session_destroy(sm.sm_se); /* closes /dev/fuse: a pending stat fails */
+	ctl_stop(ctl);
+out_unmount:
+	ret = shoal_unmount(sm.sm_fs);
+	if (ret < 0) {
+		fprintf(stderr, PROG ": %s: unmount: %s\n", sm.sm_device, strerror(-ret));
+		status = 1;
+	}
+	notify_parent(1); /* if the parent still waits, start-up failed */
+	fuse_opt_free_args(&args);
+	free(sm.sm_options);
+	free(sm.sm_device);
+	free(sm.sm_mountpoint);
+	return status;
+}

@@ -1,0 +1,979 @@
+/*
+ * ops.c - the FUSE low-level operations of shoal-mount.  Each one decodes
+ * its request, builds the caller's struct shoal_ctx, calls libshoal and
+ * replies.  No caching, no policy: those live in core/.
+ *
+ * Invariants:
+ *  (1) every request gets exactly one reply, sent by the op that received it
+ *      (forget and forget_multi: fuse_reply_none);
+ *  (2) a libshoal error (-errno) becomes fuse_reply_err(req, errno) here and
+ *      nowhere else;
+ *  (3) FUSE node ids are shoal inode numbers except for the root, which the
+ *      kernel calls FUSE_ROOT_ID and libshoal shoal_root(): ino_in() and
+ *      ino_out() translate at the boundary and nowhere else;  st_ino in
+ *      attributes stays the shoal inode number;
+ *  (4) every reply that hands the kernel a node id (entry, create,
+ *      readdirplus) carries exactly one libshoal lookup reference per entry;
+ *      if the reply cannot be delivered the references are given back at
+ *      once, so the kernel's lookup counts and libshoal's never drift;
+ *  (5) no op calls back into libshoal from inside a libshoal callback
+ *      (readdirplus collects the names first and looks them up afterwards);
+ *  (6) the kernel caches attributes and entries, positive and negative, for
+ *      SMOUNT_TIMEOUT, and file pages across opens (keep_cache).  That is
+ *      only correct because everything that changes the filesystem passes
+ *      through this kernel mount — later, because glock callbacks invalidate
+ *      these caches (from a thread that is not serving a request).
+ */
+#include "smount.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <linux/fs.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#define FS(req) (((struct smount *)fuse_req_userdata(req))->sm_fs)
+
+static uint64_t ino_in(struct shoal_fs *fs, fuse_ino_t ino)
+{
+	return ino == FUSE_ROOT_ID ? shoal_root(fs) : (uint64_t)ino;
+}
+
+static int ino_out(struct shoal_fs *fs, uint64_t ino, fuse_ino_t *out)
+{
+	if (ino == shoal_root(fs)) {
+		*out = FUSE_ROOT_ID;
+		return 0;
+	}
+	if (ino == FUSE_ROOT_ID || ino == 0) {
+		fprintf(stderr, "shoal-mount: inode %llu cannot be given to FUSE\n",
+			(unsigned long long)ino);
+		return -EUCLEAN;
+	}
+	*out = (fuse_ino_t)ino;
+	return 0;
+}
+
+static void req_ctx(fuse_req_t req, struct shoal_ctx *ctx)
+{
+	const struct fuse_ctx *fc = fuse_req_ctx(req);
+
+	ctx->c_uid = fc->uid;
+	ctx->c_gid = fc->gid;
+	ctx->c_pid = fc->pid;
+	ctx->c_umask = fc->umask;
+}
+
+static int fill_entry(struct shoal_fs *fs, const struct stat *st, struct fuse_entry_param *e)
+{
+	int ret;
+
+	memset(e, 0, sizeof(*e));
+	ret = ino_out(fs, (uint64_t)st->st_ino, &e->ino);
+	if (ret < 0)
+		return ret;
+	e->generation = shoal_generation(fs, (uint64_t)st->st_ino);
+	e->attr = *st;
+	e->attr_timeout = SMOUNT_TIMEOUT;
+	e->entry_timeout = SMOUNT_TIMEOUT;
+	return 0;
+}
+
+/*
+ * Reply to a request that took a lookup reference on success (lookup,
+ * mknod, mkdir, symlink, link), giving the reference back if the kernel
+ * never receives it.
+ */
+static void reply_entry(fuse_req_t req, int ret, const struct stat *st)
+{
+	struct shoal_fs *fs = FS(req);
+	struct fuse_entry_param e;
+
+	if (ret < 0)
+		goto out_err;
+	ret = fill_entry(fs, st, &e);
+	if (ret < 0)
+		goto out_forget;
+	if (fuse_reply_entry(req, &e) != 0)
+		shoal_forget(fs, (uint64_t)st->st_ino, 1);
+	return;
+
+out_forget:
+	shoal_forget(fs, (uint64_t)st->st_ino, 1);
+out_err:
+	fuse_reply_err(req, -ret);
+}
+
+static void reply_attr(fuse_req_t req, int ret, const struct stat *st)
+{
+	if (ret < 0)
+		fuse_reply_err(req, -ret);
+	else
+		fuse_reply_attr(req, st, SMOUNT_TIMEOUT);
+}
+
+/* --- connection ------------------------------------------------------- */
+
+static void op_init(void *userdata, struct fuse_conn_info *conn)
+{
+	conn->max_write = SMOUNT_MAX_WRITE; /* libfuse derives max_pages from it */
+	if (conn->capable & FUSE_CAP_ASYNC_READ)
+		conn->want |= FUSE_CAP_ASYNC_READ;
+	/* Symlink targets never change: let the kernel keep them. */
+	if (conn->capable & FUSE_CAP_CACHE_SYMLINKS)
+		conn->want |= FUSE_CAP_CACHE_SYMLINKS;
+	/*
+	 * The kernel's own writeback cache costs an extra block per fsync;
+	 * pages are dropped by explicit invalidation, not by mtime changes;
+	 * O_TRUNC arrives as a setattr and suid/sgid are cleared by the
+	 * kernel's setattr, so libshoal needs no special case for either.
+	 */
+	conn->want &= ~(FUSE_CAP_WRITEBACK_CACHE | FUSE_CAP_AUTO_INVAL_DATA |
+			FUSE_CAP_ATOMIC_O_TRUNC | FUSE_CAP_HANDLE_KILLPRIV |
+			FUSE_CAP_EXPORT_SUPPORT | FUSE_CAP_POSIX_ACL);
+	conn->time_gran = 1;
+}
+
+static void op_destroy(void *userdata)
+{
+	/* main() unmounts libshoal once the session has ended. */
+}
+
+/* --- names and attributes --------------------------------------------- */
+
+static void op_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
+{
+	struct shoal_fs *fs = FS(req);
+	struct fuse_entry_param e;
+	struct stat st;
+	int ret;
+
+	ret = shoal_lookup(fs, ino_in(fs, parent), name, &st);
+	if (ret == -ENOENT) {
+		/* A negative entry: the kernel remembers the name is free. */
+		memset(&e, 0, sizeof(e));
+		e.entry_timeout = SMOUNT_TIMEOUT;
+		fuse_reply_entry(req, &e);
+		return;
+	}
+	reply_entry(req, ret, &st);
+}
+
+static void op_forget(fuse_req_t req, fuse_ino_t ino, uint64_t nlookup)
+{
+	struct shoal_fs *fs = FS(req);
+
+	shoal_forget(fs, ino_in(fs, ino), nlookup);
+	fuse_reply_none(req);
+}
+
+static void op_forget_multi(fuse_req_t req, size_t count, struct fuse_forget_data *forgets)
+{
+	struct shoal_fs *fs = FS(req);
+	size_t i;
+
+	for (i = 0; i < count; i++)
+		shoal_forget(fs, ino_in(fs, forgets[i].ino), forgets[i].nlookup);
+	fuse_reply_none(req);
+}
+
+static void op_getattr(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
+{
+	struct shoal_fs *fs = FS(req);
+	struct stat st;
+
+	reply_attr(req, shoal_getattr(fs, ino_in(fs, ino), &st), &st);
+}
+
+static void op_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr, int to_set,
+		       struct fuse_file_info *fi)
+{
+	static const struct {
+		int fuse;
+		int shoal;
+	} map[] = {
+		{ FUSE_SET_ATTR_MODE, SHOAL_SET_MODE },
+		{ FUSE_SET_ATTR_UID, SHOAL_SET_UID },
+		{ FUSE_SET_ATTR_GID, SHOAL_SET_GID },
+		{ FUSE_SET_ATTR_SIZE, SHOAL_SET_SIZE },
+		{ FUSE_SET_ATTR_ATIME, SHOAL_SET_ATIME },
+		{ FUSE_SET_ATTR_MTIME, SHOAL_SET_MTIME },
+		{ FUSE_SET_ATTR_ATIME_NOW, SHOAL_SET_ATIME_NOW },
+		{ FUSE_SET_ATTR_MTIME_NOW, SHOAL_SET_MTIME_NOW },
+		{ FUSE_SET_ATTR_CTIME, SHOAL_SET_CTIME },
+	};
+	struct shoal_fs *fs = FS(req);
+	struct shoal_ctx ctx;
+	struct stat st;
+	int valid = 0;
+	size_t i;
+
+	for (i = 0; i < sizeof(map) / sizeof(map[0]); i++)
+		if (to_set & map[i].fuse)
+			valid |= map[i].shoal;
+	req_ctx(req, &ctx);
+	reply_attr(req, shoal_setattr(fs, &ctx, ino_in(fs, ino), attr, valid, &st), &st);
+}
+
+static void op_readlink(fuse_req_t req, fuse_ino_t ino)
+{
+	struct shoal_fs *fs = FS(req);
+	char buf[PATH_MAX + 1];
+	ssize_t n;
+
+	n = shoal_readlink(fs, ino_in(fs, ino), buf, sizeof(buf) - 1);
+	if (n < 0) {
+		fuse_reply_err(req, (int)-n);
+		return;
+	}
+	buf[n] = '\0';
+	fuse_reply_readlink(req, buf);
+}
+
+static void op_mknod(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode,
+		     dev_t rdev)
+{
+	struct shoal_fs *fs = FS(req);
+	struct shoal_ctx ctx;
+	struct stat st;
+
+	req_ctx(req, &ctx);
+	reply_entry(req, shoal_mknod(fs, &ctx, ino_in(fs, parent), name, mode, rdev, &st), &st);
+}
+
+static void op_mkdir(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode)
+{
+	struct shoal_fs *fs = FS(req);
+	struct shoal_ctx ctx;
+	struct stat st;
+
+	req_ctx(req, &ctx);
+	reply_entry(req, shoal_mkdir(fs, &ctx, ino_in(fs, parent), name, mode, &st), &st);
+}
+
+static void op_symlink(fuse_req_t req, const char *link, fuse_ino_t parent, const char *name)
+{
+	struct shoal_fs *fs = FS(req);
+	struct shoal_ctx ctx;
+	struct stat st;
+
+	req_ctx(req, &ctx);
+	reply_entry(req, shoal_symlink(fs, &ctx, ino_in(fs, parent), name, link, &st), &st);
+}
+
+static void op_link(fuse_req_t req, fuse_ino_t ino, fuse_ino_t newparent, const char *newname)
+{
+	struct shoal_fs *fs = FS(req);
+	struct stat st;
+
+	reply_entry(req, shoal_link(fs, ino_in(fs, ino), ino_in(fs, newparent), newname, &st),
+		    &st);
+}
+
+static void op_unlink(fuse_req_t req, fuse_ino_t parent, const char *name)
+{
+	struct shoal_fs *fs = FS(req);
+	struct shoal_ctx ctx;
+
+	req_ctx(req, &ctx);
+	fuse_reply_err(req, -shoal_unlink(fs, &ctx, ino_in(fs, parent), name));
+}
+
+static void op_rmdir(fuse_req_t req, fuse_ino_t parent, const char *name)
+{
+	struct shoal_fs *fs = FS(req);
+	struct shoal_ctx ctx;
+
+	req_ctx(req, &ctx);
+	fuse_reply_err(req, -shoal_rmdir(fs, &ctx, ino_in(fs, parent), name));
+}
+
+static void op_rename(fuse_req_t req, fuse_ino_t parent, const char *name,
+		      fuse_ino_t newparent, const char *newname, unsigned int flags)
+{
+	struct shoal_fs *fs = FS(req);
+	struct shoal_ctx ctx;
+
+	if (flags & ~(unsigned)(RENAME_NOREPLACE | RENAME_EXCHANGE)) {
+		fuse_reply_err(req, EINVAL); /* RENAME_WHITEOUT: no overlayfs upper */
+		return;
+	}
+	req_ctx(req, &ctx);
+	fuse_reply_err(req, -shoal_rename(fs, &ctx, ino_in(fs, parent), name,
+					  ino_in(fs, newparent), newname, flags));
+}
+
+/* --- files ------------------------------------------------------------ */
+
+static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
+{
+	struct shoal_fs *fs = FS(req);
+	int ret;
+
+	ret = shoal_open(fs, ino_in(fs, ino), fi->flags);
+	if (ret < 0) {
+		fuse_reply_err(req, -ret);
+		return;
+	}
+	fi->keep_cache = 1; /* see (6) */
+	fi->noflush = 1;    /* flush has nothing to do: spare the round trip */
+	if (fuse_reply_open(req, fi) != 0)
+		shoal_release(fs, ino_in(fs, ino), fi->flags);
+}
+
+static void op_create(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode,
+		      struct fuse_file_info *fi)
+{
+	struct shoal_fs *fs = FS(req);
+	struct fuse_entry_param e;
+	struct shoal_ctx ctx;
+	struct stat st;
+	int ret;
+
+	req_ctx(req, &ctx);
+	ret = shoal_create(fs, &ctx, ino_in(fs, parent), name, mode, fi->flags, &st);
+	if (ret < 0)
+		goto out_err;
+	ret = fill_entry(fs, &st, &e);
+	if (ret < 0)
+		goto out_release;
+	fi->keep_cache = 1;
+	fi->noflush = 1;
+	if (fuse_reply_create(req, &e, fi) != 0) {
+		shoal_release(fs, (uint64_t)st.st_ino, fi->flags);
+		shoal_forget(fs, (uint64_t)st.st_ino, 1);
+	}
+	return;
+
+out_release:
+	shoal_release(fs, (uint64_t)st.st_ino, fi->flags);
+	shoal_forget(fs, (uint64_t)st.st_ino, 1);
+out_err:
+	fuse_reply_err(req, -ret);
+}
+
+/*
+ * Read buffers are per worker thread and grow to the largest request seen
+ * (at most SMOUNT_MAX_WRITE, which bounds reads too); freed when the thread
+ * exits.
+ */
+struct rbuf {
+	size_t rb_size;
+	char rb_data[];
+};
+
+static pthread_key_t rbuf_key;
+static pthread_once_t rbuf_once = PTHREAD_ONCE_INIT;
+
+static void rbuf_key_init(void)
+{
+	if (pthread_key_create(&rbuf_key, free) != 0)
+		abort(); /* only at start-up, out of keys: nothing sane to do */
+}
+
+static char *rbuf_get(size_t size)
+{
+	struct rbuf *rb;
+
+	pthread_once(&rbuf_once, rbuf_key_init);
+	rb = pthread_getspecific(rbuf_key);
+	if (rb && rb->rb_size >= size)
+		return rb->rb_data;
+	if (size < 128 * 1024)
+		size = 128 * 1024;
+	free(rb);
+	rb = malloc(sizeof(*rb) + size);
+	pthread_setspecific(rbuf_key, rb);
+	if (!rb)
+		return NULL;
+	rb->rb_size = size;
+	return rb->rb_data;
+}
+
+static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
+		    struct fuse_file_info *fi)
+{
+	struct shoal_fs *fs = FS(req);
+	char *buf;
+	ssize_t n;
+
+	buf = rbuf_get(size);
+	if (!buf) {
+		fuse_reply_err(req, ENOMEM);
+		return;
+	}
+	n = shoal_read(fs, ino_in(fs, ino), buf, size, (uint64_t)off, fi->flags);
+	if (n < 0)
+		fuse_reply_err(req, (int)-n);
+	else
+		fuse_reply_buf(req, buf, (size_t)n);
+}
+
+static void op_write(fuse_req_t req, fuse_ino_t ino, const char *buf, size_t size, off_t off,
+		     struct fuse_file_info *fi)
+{
+	struct shoal_fs *fs = FS(req);
+	struct shoal_ctx ctx;
+	ssize_t n;
+
+	req_ctx(req, &ctx);
+	n = shoal_write(fs, &ctx, ino_in(fs, ino), buf, size, (uint64_t)off, fi->flags);
+	if (n < 0)
+		fuse_reply_err(req, (int)-n);
+	else
+		fuse_reply_write(req, (size_t)n);
+}
+
+static void op_flush(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
+{
+	/* Nothing is buffered here; durability is fsync's business. */
+	fuse_reply_err(req, 0);
+}
+
+static void op_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
+{
+	struct shoal_fs *fs = FS(req);
+
+	fuse_reply_err(req, -shoal_release(fs, ino_in(fs, ino), fi->flags));
+}
+
+static void op_fsync(fuse_req_t req, fuse_ino_t ino, int datasync, struct fuse_file_info *fi)
+{
+	struct shoal_fs *fs = FS(req);
+
+	fuse_reply_err(req, -shoal_fsync(fs, ino_in(fs, ino), datasync));
+}
+
+static void op_fallocate(fuse_req_t req, fuse_ino_t ino, int mode, off_t off, off_t len,
+			 struct fuse_file_info *fi)
+{
+	struct shoal_fs *fs = FS(req);
+
+	fuse_reply_err(req, -shoal_fallocate(fs, ino_in(fs, ino), mode, (uint64_t)off,
+					     (uint64_t)len));
+}
+
+static void op_lseek(fuse_req_t req, fuse_ino_t ino, off_t off, int whence,
+		     struct fuse_file_info *fi)
+{
+	struct shoal_fs *fs = FS(req);
+	int64_t ret;
+
+	if (whence != SEEK_DATA && whence != SEEK_HOLE) {
+		fuse_reply_err(req, EINVAL);
+		return;
+	}
+	ret = shoal_lseek(fs, ino_in(fs, ino), (uint64_t)off, whence);
+	if (ret < 0)
+		fuse_reply_err(req, (int)-ret);
+	else
+		fuse_reply_lseek(req, (off_t)ret);
+}
+
+/* --- directories ------------------------------------------------------ */
+
+static void op_opendir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
+{
+	struct shoal_fs *fs = FS(req);
+	int ret;
+
+	/* An open reference, so an rmdir'ed directory lives until closed. */
+	ret = shoal_open(fs, ino_in(fs, ino), fi->flags);
+	if (ret < 0) {
+		fuse_reply_err(req, -ret);
+		return;
+	}
+	if (fuse_reply_open(req, fi) != 0)
+		shoal_release(fs, ino_in(fs, ino), fi->flags);
+}
+
+static void op_releasedir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
+{
+	struct shoal_fs *fs = FS(req);
+
+	fuse_reply_err(req, -shoal_release(fs, ino_in(fs, ino), fi->flags));
+}
+
+static void op_fsyncdir(fuse_req_t req, fuse_ino_t ino, int datasync, struct fuse_file_info *fi)
+{
+	struct shoal_fs *fs = FS(req);
+
+	fuse_reply_err(req, -shoal_fsync(fs, ino_in(fs, ino), datasync));
+}
+
+/* readdir: entries go straight into the reply buffer until it is full. */
+struct rd_plain {
+	fuse_req_t rp_req;
+	char *rp_buf;
+	size_t rp_size;
+	size_t rp_used;
+};
+
+static int rd_plain_fill(void *arg, const char *name, const struct stat *st, uint64_t next_off)
+{
+	struct rd_plain *rp = arg;
+	size_t len;
+
+	len = fuse_add_direntry(rp->rp_req, rp->rp_buf + rp->rp_used, rp->rp_size - rp->rp_used,
+				name, st, (off_t)next_off);
+	if (len > rp->rp_size - rp->rp_used)
+		return 1;
+	rp->rp_used += len;
+	return 0;
+}
+
+static void op_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
+		       struct fuse_file_info *fi)
+{
+	struct shoal_fs *fs = FS(req);
+	struct rd_plain rp = { .rp_req = req, .rp_size = size };
+	int ret;
+
+	rp.rp_buf = malloc(size ? size : 1);
+	if (!rp.rp_buf) {
+		fuse_reply_err(req, ENOMEM);
+		return;
+	}
+	ret = shoal_readdir(fs, ino_in(fs, ino), (uint64_t)off, rd_plain_fill, &rp);
+	if (ret < 0 && rp.rp_used == 0)
+		fuse_reply_err(req, -ret);
+	else
+		fuse_reply_buf(req, rp.rp_buf, rp.rp_used); /* a later call reports the error */
+	free(rp.rp_buf);
+}
+
+/*
+ * readdirplus: the names that fit are collected first; each one is then
+ * looked up (which takes the lookup reference the kernel will count) outside
+ * shoal_readdir, see (5).  "." and ".." carry no node id: the kernel takes
+ * no reference for them.
+ */
+struct rd_ent {
+	uint64_t re_off;
+	struct stat re_st;
+	char *re_name;
+};
+
+struct rd_plus {
+	fuse_req_t rx_req;
+	size_t rx_size;
+	size_t rx_used; /* bytes the collected entries will take */
+	struct rd_ent *rx_ents;
+	size_t rx_count;
+	size_t rx_cap;
+	int rx_err;
+};
+
+static int rd_plus_collect(void *arg, const char *name, const struct stat *st,
+			   uint64_t next_off)
+{
+	struct rd_plus *rx = arg;
+	struct rd_ent *re;
+	size_t len;
+
+	len = fuse_add_direntry_plus(rx->rx_req, NULL, 0, name, NULL, 0);
+	if (len > rx->rx_size - rx->rx_used)
+		return 1;
+	if (rx->rx_count == rx->rx_cap) {
+		size_t cap = rx->rx_cap ? 2 * rx->rx_cap : 32;
+		re = realloc(rx->rx_ents, cap * sizeof(*re));
+		if (!re)
+			goto out_nomem;
+		rx->rx_ents = re;
+		rx->rx_cap = cap;
+	}
+	re = &rx->rx_ents[rx->rx_count];
+	re->re_name = strdup(name);
+	if (!re->re_name)
+		goto out_nomem;
+	re->re_st = *st;
+	re->re_off = next_off;
+	rx->rx_count++;
+	rx->rx_used += len;
+	return 0;
+
+out_nomem:
+	rx->rx_err = -ENOMEM;
+	return 1;
+}
+
+static int is_dot_or_dotdot(const char *name)
+{
+	return name[0] == '.' && (name[1] == '\0' || (name[1] == '.' && name[2] == '\0'));
+}
+
+static void op_readdirplus(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
+			   struct fuse_file_info *fi)
+{
+	struct shoal_fs *fs = FS(req);
+	struct rd_plus rx = { .rx_req = req, .rx_size = size };
+	uint64_t dir = ino_in(fs, ino);
+	uint64_t *refs = NULL; /* inodes looked up, to give back on failure */
+	size_t nrefs = 0, used = 0, i;
+	char *buf = NULL;
+	int ret;
+
+	ret = shoal_readdir(fs, dir, (uint64_t)off, rd_plus_collect, &rx);
+	if (ret == 0)
+		ret = rx.rx_err;
+	if (ret < 0 && rx.rx_count == 0)
+		goto out_err;
+	ret = 0;
+	buf = malloc(size ? size : 1);
+	refs = malloc((rx.rx_count ? rx.rx_count : 1) * sizeof(*refs));
+	if (!buf || !refs) {
+		ret = -ENOMEM;
+		goto out_err;
+	}
+	for (i = 0; i < rx.rx_count; i++) {
+		struct rd_ent *re = &rx.rx_ents[i];
+		struct fuse_entry_param e;
+		struct stat st;
+
+		memset(&e, 0, sizeof(e));
+		if (is_dot_or_dotdot(re->re_name)) {
+			e.attr = re->re_st; /* st_ino and type: all the kernel uses */
+		} else {
+			ret = shoal_lookup(fs, dir, re->re_name, &st);
+			if (ret == -ENOENT) {
+				/* Gone since it was listed: a plain entry. */
+				e.attr = re->re_st;
+			} else if (ret < 0) {
+				break;
+			} else {
+				ret = fill_entry(fs, &st, &e);
+				if (ret < 0) {
+					shoal_forget(fs, (uint64_t)st.st_ino, 1);
+					break;
+				}
+				refs[nrefs++] = (uint64_t)st.st_ino;
+			}
+		}
+		used += fuse_add_direntry_plus(req, buf + used, size - used, re->re_name, &e,
+					       (off_t)re->re_off);
+	}
+	if (ret < 0 && used == 0)
+		goto out_err; /* the first entry failed: nothing taken, say why */
+	if (fuse_reply_buf(req, buf, used) != 0)
+		for (i = 0; i < nrefs; i++)
+			shoal_forget(fs, refs[i], 1);
+	goto out_free;
+
+out_err:
+	fuse_reply_err(req, -ret);
+out_free:
+	for (i = 0; i < rx.rx_count; i++)
+		free(rx.rx_ents[i].re_name);
+	free(rx.rx_ents);
+	free(refs);
+	free(buf);
+}
+
+/* --- the filesystem, xattrs, permissions ------------------------------ */
+
+static void op_statfs(fuse_req_t req, fuse_ino_t ino)
+{
+	struct statvfs sv;
+	int ret;
+
+	ret = shoal_statfs(FS(req), &sv);
+	if (ret < 0)
+		fuse_reply_err(req, -ret);
+	else
+		fuse_reply_statfs(req, &sv);
+}
+
+static void op_setxattr(fuse_req_t req, fuse_ino_t ino, const char *name, const char *value,
+			size_t size, int flags)
+{
+	struct shoal_fs *fs = FS(req);
+
+	fuse_reply_err(req, -shoal_setxattr(fs, ino_in(fs, ino), name, value, size, flags));
+}
+
+/* getxattr and listxattr: size 0 asks for the size, else for the bytes. */
+static void reply_xattr(fuse_req_t req, ssize_t n, const char *buf, size_t size)
+{
+	if (n < 0)
+		fuse_reply_err(req, (int)-n);
+	else if (size == 0)
+		fuse_reply_xattr(req, (size_t)n);
+	else
+		fuse_reply_buf(req, buf, (size_t)n);
+}
+
+static void op_getxattr(fuse_req_t req, fuse_ino_t ino, const char *name, size_t size)
+{
+	struct shoal_fs *fs = FS(req);
+	char *buf = NULL;
+
+	if (size) {
+		buf = malloc(size);
+		if (!buf) {
+			fuse_reply_err(req, ENOMEM);
+			return;
+		}
+	}
+	reply_xattr(req, shoal_getxattr(fs, ino_in(fs, ino), name, buf, size), buf, size);
+	free(buf);
+}
+
+static void op_listxattr(fuse_req_t req, fuse_ino_t ino, size_t size)
+{
+	struct shoal_fs *fs = FS(req);
+	char *buf = NULL;
+
+	if (size) {
+		buf = malloc(size);
+		if (!buf) {
+			fuse_reply_err(req, ENOMEM);
+			return;
+		}
+	}
+	reply_xattr(req, shoal_listxattr(fs, ino_in(fs, ino), buf, size), buf, size);
+	free(buf);
+}
+
+static void op_removexattr(fuse_req_t req, fuse_ino_t ino, const char *name)
+{
+	struct shoal_fs *fs = FS(req);
+
+	fuse_reply_err(req, -shoal_removexattr(fs, ino_in(fs, ino), name));
+}
+
+/* Is the caller of req in group gid (primary or supplementary)? */
+static int req_in_group(fuse_req_t req, gid_t gid)
+{
+	gid_t small[64], *list = small;
+	int n, i, cap = 64, found = 0;
+
+	if (fuse_req_ctx(req)->gid == gid)
+		return 1;
+	n = fuse_req_getgroups(req, cap, small);
+	if (n > cap) {
+		cap = n;
+		list = malloc((size_t)cap * sizeof(*list));
+		if (!list)
+			return 0;
+		n = fuse_req_getgroups(req, cap, list);
+	}
+	for (i = 0; i < n && i < cap; i++)
+		if (list[i] == gid)
+			found = 1;
+	if (list != small)
+		free(list);
+	return found;
+}
+
+/*
+ * access(2) as generic_permission() decides it.  With default_permissions
+ * the kernel checks by itself and hardly ever asks.
+ */
+static void op_access(fuse_req_t req, fuse_ino_t ino, int mask)
+{
+	struct shoal_fs *fs = FS(req);
+	const struct fuse_ctx *fc = fuse_req_ctx(req);
+	uint64_t sino = ino_in(fs, ino);
+	uint32_t flags;
+	struct stat st;
+	int ret, bits;
+
+	ret = shoal_getattr(fs, sino, &st);
+	if (ret < 0 || mask == F_OK)
+		goto out;
+	if (mask & W_OK) {
+		if (shoal_is_readonly(fs) &&
+		    (S_ISREG(st.st_mode) || S_ISDIR(st.st_mode) || S_ISLNK(st.st_mode))) {
+			ret = -EROFS;
+			goto out;
+		}
+		if (shoal_getflags(fs, sino, &flags) == 0 && (flags & FS_IMMUTABLE_FL)) {
+			ret = -EPERM;
+			goto out;
+		}
+	}
+	if (fc->uid == 0) {
+		/* root may do anything but execute what nobody may execute */
+		if ((mask & X_OK) && !S_ISDIR(st.st_mode) && !(st.st_mode & 0111))
+			ret = -EACCES;
+		goto out;
+	}
+	if (fc->uid == st.st_uid)
+		bits = (st.st_mode >> 6) & 7;
+	else if (req_in_group(req, st.st_gid))
+		bits = (st.st_mode >> 3) & 7;
+	else
+		bits = st.st_mode & 7;
+	if ((mask & bits) != mask)
+		ret = -EACCES;
+out:
+	fuse_reply_err(req, -ret);
+}
+
+/* --- ioctl: the inode flags (chattr/lsattr) --------------------------- */
+
+/* The flags shoal keeps, as the fsxattr ioctls name them. */
+static const struct {
+	uint32_t fl;
+	uint32_t xfl;
+} xflag_map[] = {
+	{ FS_IMMUTABLE_FL, FS_XFLAG_IMMUTABLE },
+	{ FS_APPEND_FL, FS_XFLAG_APPEND },
+	{ FS_NODUMP_FL, FS_XFLAG_NODUMP },
+	{ FS_NOATIME_FL, FS_XFLAG_NOATIME },
+};
+#define XFLAG_COUNT (sizeof(xflag_map) / sizeof(xflag_map[0]))
+
+static int ioc_fsgetxattr(struct shoal_fs *fs, uint64_t ino, struct fsxattr *fx)
+{
+	uint32_t flags;
+	size_t i;
+	int ret;
+
+	ret = shoal_getflags(fs, ino, &flags);
+	if (ret < 0)
+		return ret;
+	memset(fx, 0, sizeof(*fx));
+	for (i = 0; i < XFLAG_COUNT; i++)
+		if (flags & xflag_map[i].fl)
+			fx->fsx_xflags |= xflag_map[i].xfl;
+	return 0;
+}
+
+static int ioc_fssetxattr(struct shoal_fs *fs, const struct shoal_ctx *ctx, uint64_t ino,
+			  const struct fsxattr *fx)
+{
+	uint32_t flags, known = 0;
+	size_t i;
+	int ret;
+
+	for (i = 0; i < XFLAG_COUNT; i++)
+		known |= xflag_map[i].xfl;
+	if ((fx->fsx_xflags & ~known) || fx->fsx_extsize || fx->fsx_projid ||
+	    fx->fsx_cowextsize)
+		return -EOPNOTSUPP;
+	ret = shoal_getflags(fs, ino, &flags);
+	if (ret < 0)
+		return ret;
+	for (i = 0; i < XFLAG_COUNT; i++) {
+		flags &= ~xflag_map[i].fl;
+		if (fx->fsx_xflags & xflag_map[i].xfl)
+			flags |= xflag_map[i].fl;
+	}
+	return shoal_setflags(fs, ctx, ino, flags);
+}
+
+/*
+ * These are restricted ioctls: the kernel sizes the buffers from the
+ * command (FS_IOC_GETFLAGS says long, but the kernel's own fileattr path
+ * sends an int, as ext4 reads and writes one), so no retry is ever needed.
+ * We read the first 4 bytes (the int on little-endian machines, where a
+ * long's low half comes first) and reply with 4, whatever was offered.
+ */
+static void op_ioctl(fuse_req_t req, fuse_ino_t ino, unsigned int cmd, void *arg,
+		     struct fuse_file_info *fi, unsigned flags, const void *in_buf,
+		     size_t in_bufsz, size_t out_bufsz)
+{
+	struct shoal_fs *fs = FS(req);
+	uint64_t sino = ino_in(fs, ino);
+	struct shoal_ctx ctx;
+	struct fsxattr fx;
+	uint32_t fl;
+	int ret;
+
+	if (flags & FUSE_IOCTL_COMPAT) {
+		fuse_reply_err(req, ENOSYS);
+		return;
+	}
+	req_ctx(req, &ctx);
+	switch (cmd) {
+	case FS_IOC_GETFLAGS:
+		if (out_bufsz < sizeof(fl)) {
+			ret = -EINVAL;
+			break;
+		}
+		ret = shoal_getflags(fs, sino, &fl);
+		if (ret == 0) {
+			fuse_reply_ioctl(req, 0, &fl, sizeof(fl));
+			return;
+		}
+		break;
+	case FS_IOC_SETFLAGS:
+		if (in_bufsz < sizeof(fl)) {
+			ret = -EINVAL;
+			break;
+		}
+		memcpy(&fl, in_buf, sizeof(fl));
+		ret = shoal_setflags(fs, &ctx, sino, fl);
+		break;
+	case FS_IOC_FSGETXATTR:
+		if (out_bufsz < sizeof(fx)) {
+			ret = -EINVAL;
+			break;
+		}
+		ret = ioc_fsgetxattr(fs, sino, &fx);
+		if (ret == 0) {
+			fuse_reply_ioctl(req, 0, &fx, sizeof(fx));
+			return;
+		}
+		break;
+	case FS_IOC_FSSETXATTR:
+		if (in_bufsz < sizeof(fx)) {
+			ret = -EINVAL;
+			break;
+		}
+		memcpy(&fx, in_buf, sizeof(fx));
+		ret = ioc_fssetxattr(fs, &ctx, sino, &fx);
+		break;
+	default:
+		ret = -ENOTTY;
+		break;
+	}
+	if (ret < 0)
+		fuse_reply_err(req, -ret);
+	else
+		fuse_reply_ioctl(req, 0, NULL, 0);
+}
+
+const struct fuse_lowlevel_ops smount_ops = {
+	.init = op_init,
+	.destroy = op_destroy,
+	.lookup = op_lookup,
+	.forget = op_forget,
+	.forget_multi = op_forget_multi,
+	.getattr = op_getattr,
+	.setattr = op_setattr,
+	.readlink = op_readlink,
+	.mknod = op_mknod,
+	.mkdir = op_mkdir,
+	.unlink = op_unlink,
+	.rmdir = op_rmdir,
+	.symlink = op_symlink,
+	.rename = op_rename,
+	.link = op_link,
+	.open = op_open,
+	.read = op_read,
+	.write = op_write,
+	.flush = op_flush,
+	.release = op_release,
+	.fsync = op_fsync,
+	.opendir = op_opendir,
+	.readdir = op_readdir,
+	.readdirplus = op_readdirplus,
+	.releasedir = op_releasedir,
+	.fsyncdir = op_fsyncdir,
+	.statfs = op_statfs,
+	.setxattr = op_setxattr,
+	.getxattr = op_getxattr,
+	.listxattr = op_listxattr,
+	.removexattr = op_removexattr,
+	.access = op_access,
+	.create = op_create,
+	.fallocate = op_fallocate,
+	.lseek = op_lseek,
+	.ioctl = op_ioctl,
+};

@@ -1,0 +1,40 @@
+/*
+ * smount.h - one running shoal-mount: the state main.c sets up and the FUSE
+ * operations (ops.c) and control commands (ctlcmd.c) read.
+ */
+#ifndef SHOAL_FUSE_SMOUNT_H
+#define SHOAL_FUSE_SMOUNT_H
+
+#define FUSE_USE_VERSION FUSE_MAKE_VERSION(3, 14)
+#include <fuse_lowlevel.h>
+
+#include <shoal/shoal.h>
+
+#include "ctl.h"
+
+/* How long the kernel may trust attributes and entries (seconds). */
+#define SMOUNT_TIMEOUT 86400.0
+/* Largest write (and read) request: the kernel then uses 256-page requests. */
+#define SMOUNT_MAX_WRITE (1u << 20)
+
+/*
+ * Everything here is set before the FUSE session starts and read-only while
+ * it runs, except sm_fs's own state (libshoal locks it).
+ */
+struct smount {
+	struct shoal_fs *sm_fs;
+	struct fuse_session *sm_se;
+	struct shoal_mount_opts sm_opts;
+	char *sm_device;     /* absolute path */
+	char *sm_mountpoint; /* absolute path */
+	char *sm_options;    /* the options in effect, as "status" shows them */
+	char sm_node[256];   /* sm_opts.mo_node points here */
+	char sm_log[128];    /* where stderr went when detached, or "" */
+	pid_t sm_pid;
+};
+
+extern const struct fuse_lowlevel_ops smount_ops;
+/* The control commands: stat, status. */
+extern const struct ctl_cmd smount_ctl_cmds[];
+
+#endif

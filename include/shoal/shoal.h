@@ -1,0 +1,181 @@
+/*
+ * shoal.h - the interface of libshoal (core/) to its users: the FUSE glue,
+ * the tools and the tests.  Every call returns 0 (or a size) on success and a
+ * negative errno on failure.  Inode numbers are shoal inode numbers (the
+ * dinode's block address); SHOAL_ROOT_INO is never used: ask shoal_root().
+ *
+ * Calls that return an inode's attributes and "look it up" (lookup, mknod,
+ * mkdir, symlink, link, create) take one lookup reference on that inode,
+ * which shoal_forget() gives back, as FUSE's lookup count works.
+ */
+#ifndef SHOAL_SHOAL_H
+#define SHOAL_SHOAL_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/stat.h>
+#include <sys/statvfs.h>
+#include <sys/types.h>
+
+struct shoal_fs;
+struct shoal_dev;
+
+enum shoal_atime_mode {
+	SHOAL_RELATIME = 0, /* default */
+	SHOAL_NOATIME = 1,
+	SHOAL_STRICTATIME = 2,
+};
+
+struct shoal_mount_opts {
+	const char *mo_lock;     /* "nolock" (default) */
+	const char *mo_node;     /* node name, default the host name */
+	int mo_readonly;
+	int mo_atime;            /* enum shoal_atime_mode */
+	unsigned mo_commit_secs; /* journal commit interval, default 5 */
+	uint64_t mo_cache_bytes; /* metadata buffer cache, default 256 MiB */
+	int mo_journal;          /* journal slot; -1: chosen by the lock module */
+};
+
+/* Who is asking: the caller of the FUSE request. */
+struct shoal_ctx {
+	uid_t c_uid;
+	gid_t c_gid;
+	pid_t c_pid;
+	mode_t c_umask;
+};
+
+/* What to change in shoal_setattr(). */
+#define SHOAL_SET_MODE 0x01
+#define SHOAL_SET_UID 0x02
+#define SHOAL_SET_GID 0x04
+#define SHOAL_SET_SIZE 0x08
+#define SHOAL_SET_ATIME 0x10
+#define SHOAL_SET_MTIME 0x20
+#define SHOAL_SET_ATIME_NOW 0x40
+#define SHOAL_SET_MTIME_NOW 0x80
+#define SHOAL_SET_CTIME 0x100
+
+/* Counters of a mount (shoal stat). */
+struct shoal_counters {
+	uint64_t sc_dev_reads;
+	uint64_t sc_dev_read_bytes;
+	uint64_t sc_dev_writes;
+	uint64_t sc_dev_write_bytes;
+	uint64_t sc_dev_flushes;
+	uint64_t sc_commits;         /* journal transactions committed */
+	uint64_t sc_commit_blocks;   /* log blocks written */
+	uint64_t sc_checkpoints;
+	uint64_t sc_wb_visited;      /* blocks visited by writeback/fsync */
+	uint64_t sc_wb_written;      /* data blocks written by writeback */
+	uint64_t sc_fsyncs;
+	uint64_t sc_fsync_noop;      /* fsyncs that found nothing to do */
+	uint64_t sc_buf_hits;
+	uint64_t sc_buf_misses;
+	uint64_t sc_gl_requests;     /* lock module requests */
+	uint64_t sc_corrupt;         /* metadata blocks that failed checks */
+};
+
+/* mount/unmount: the device is owned by the fs from mount on. */
+int shoal_mount(struct shoal_dev *dev, const struct shoal_mount_opts *opts,
+		struct shoal_fs **out);
+/* Commit, checkpoint, free what is unlinked, mark the journal clean. */
+int shoal_unmount(struct shoal_fs *fs);
+/* Make everything durable now (syncfs). */
+int shoal_sync(struct shoal_fs *fs);
+uint64_t shoal_root(struct shoal_fs *fs);
+uint32_t shoal_bsize(struct shoal_fs *fs);
+int shoal_is_readonly(struct shoal_fs *fs);
+void shoal_counters(struct shoal_fs *fs, struct shoal_counters *out);
+/* Why the mount went read-only, or NULL. */
+const char *shoal_error(struct shoal_fs *fs);
+
+int shoal_lookup(struct shoal_fs *fs, uint64_t parent, const char *name, struct stat *st);
+void shoal_forget(struct shoal_fs *fs, uint64_t ino, uint64_t nlookup);
+int shoal_getattr(struct shoal_fs *fs, uint64_t ino, struct stat *st);
+/* st->st_* carries the new values for the bits in valid. */
+int shoal_setattr(struct shoal_fs *fs, const struct shoal_ctx *ctx, uint64_t ino,
+		  const struct stat *attr, int valid, struct stat *st);
+uint64_t shoal_generation(struct shoal_fs *fs, uint64_t ino);
+
+int shoal_mknod(struct shoal_fs *fs, const struct shoal_ctx *ctx, uint64_t parent,
+		const char *name, mode_t mode, dev_t rdev, struct stat *st);
+int shoal_mkdir(struct shoal_fs *fs, const struct shoal_ctx *ctx, uint64_t parent,
+		const char *name, mode_t mode, struct stat *st);
+int shoal_symlink(struct shoal_fs *fs, const struct shoal_ctx *ctx, uint64_t parent,
+		  const char *name, const char *target, struct stat *st);
+int shoal_link(struct shoal_fs *fs, uint64_t ino, uint64_t newparent, const char *newname,
+	       struct stat *st);
+int shoal_unlink(struct shoal_fs *fs, const struct shoal_ctx *ctx, uint64_t parent,
+		 const char *name);
+int shoal_rmdir(struct shoal_fs *fs, const struct shoal_ctx *ctx, uint64_t parent,
+		const char *name);
+/* flags: RENAME_NOREPLACE, RENAME_EXCHANGE */
+int shoal_rename(struct shoal_fs *fs, const struct shoal_ctx *ctx, uint64_t parent,
+		 const char *name, uint64_t newparent, const char *newname, unsigned flags);
+ssize_t shoal_readlink(struct shoal_fs *fs, uint64_t ino, char *buf, size_t size);
+
+/* Open/close: an inode with no links is freed after its last close. */
+int shoal_open(struct shoal_fs *fs, uint64_t ino, int flags);
+int shoal_release(struct shoal_fs *fs, uint64_t ino, int flags);
+/* Create and open: takes a lookup reference and an open reference. */
+int shoal_create(struct shoal_fs *fs, const struct shoal_ctx *ctx, uint64_t parent,
+		 const char *name, mode_t mode, int flags, struct stat *st);
+ssize_t shoal_read(struct shoal_fs *fs, uint64_t ino, void *buf, size_t size, uint64_t off,
+		   int flags);
+ssize_t shoal_write(struct shoal_fs *fs, const struct shoal_ctx *ctx, uint64_t ino,
+		    const void *buf, size_t size, uint64_t off, int flags);
+int shoal_fsync(struct shoal_fs *fs, uint64_t ino, int datasync);
+int shoal_fallocate(struct shoal_fs *fs, uint64_t ino, int mode, uint64_t off, uint64_t len);
+/* SEEK_DATA / SEEK_HOLE: the resulting offset or -ENXIO. */
+int64_t shoal_lseek(struct shoal_fs *fs, uint64_t ino, uint64_t off, int whence);
+
+/*
+ * readdir: calls fill for each entry whose offset is after off, in offset
+ * order, until fill returns non-zero (buffer full).  "." and ".." have
+ * offsets 1 and 2; the offset passed to fill is the one to resume after.
+ */
+typedef int (*shoal_fill_fn)(void *arg, const char *name, const struct stat *st, uint64_t next_off);
+int shoal_readdir(struct shoal_fs *fs, uint64_t ino, uint64_t off, shoal_fill_fn fill,
+		  void *arg);
+
+int shoal_statfs(struct shoal_fs *fs, struct statvfs *sv);
+
+/* xattrs: full names ("user.foo").  get/list with size 0 return the size. */
+int shoal_setxattr(struct shoal_fs *fs, uint64_t ino, const char *name, const void *value,
+		   size_t size, int flags);
+ssize_t shoal_getxattr(struct shoal_fs *fs, uint64_t ino, const char *name, void *value,
+		       size_t size);
+ssize_t shoal_listxattr(struct shoal_fs *fs, uint64_t ino, char *list, size_t size);
+int shoal_removexattr(struct shoal_fs *fs, uint64_t ino, const char *name);
+
+/* FS_IOC_GETFLAGS / FS_IOC_SETFLAGS values (FS_*_FL). */
+int shoal_getflags(struct shoal_fs *fs, uint64_t ino, uint32_t *flags);
+int shoal_setflags(struct shoal_fs *fs, const struct shoal_ctx *ctx, uint64_t ino,
+		   uint32_t flags);
+
+/* --- formatting (mkfs.shoal, tests) ----------------------------------- */
+
+struct shoal_format_opts {
+	uint32_t fo_bsize;      /* default 4096 */
+	uint32_t fo_journals;   /* default 2 */
+	uint64_t fo_jbytes;     /* bytes per journal, default 32 MiB */
+	const char *fo_locktable; /* "cluster:fsname", default "shoal:shoal" */
+	const char *fo_lockproto; /* default "shoal" */
+	/* called now and then with blocks done and total; may be NULL */
+	void (*fo_progress)(void *arg, uint64_t done, uint64_t total);
+	void *fo_progress_arg;
+};
+
+struct shoal_format_info {
+	uint64_t fi_blocks;
+	uint32_t fi_bsize;
+	uint32_t fi_rgcount;
+	uint32_t fi_journals;
+	uint64_t fi_jblocks;
+	uint8_t fi_uuid[16];
+};
+
+int shoal_format(struct shoal_dev *dev, const struct shoal_format_opts *opts,
+		 struct shoal_format_info *info);
+
+#endif
