@@ -232,8 +232,8 @@ void inode_stat(struct shoal_fs *fs, struct shoal_inode *ip, struct stat *st)
 	st->st_gid = di->di_gid;
 	st->st_rdev = (dev_t)di->di_rdev;
 	st->st_size = (off_t)di->di_size;
-	if (S_ISDIR(di->di_mode) && !(di->di_flags & SHOAL_DIF_EXHASH))
-		st->st_size = fs->fs_bsize;
+	if (S_ISDIR(di->di_mode)) /* like ext4: the blocks the directory uses */
+		st->st_size = (off_t)((di->di_blocks > 1 ? di->di_blocks - 1 : 1) << fs->fs_bshift);
 	st->st_blksize = fs->fs_bsize;
 	st->st_blocks = (blkcnt_t)(di->di_blocks << (fs->fs_bshift - 9));
 	st->st_atim.tv_sec = di->di_atime.ts_sec;

@@ -1100,6 +1100,44 @@ out:
 	return err;
 }
 
+/*
+ * An access ACL carries the mode's permission bits (ext4's
+ * posix_acl_update_mode): setting one updates di_mode, and an ACL that says
+ * no more than the mode does is not stored at all.  Returns 1 if the ACL is
+ * minimal (nothing to store), 0 if it must be stored, or -EINVAL.
+ */
+static int acl_to_mode(const void *value, size_t size, mode_t *mode)
+{
+	const uint8_t *p = value;
+	uint32_t version;
+	int user = -1, group = -1, mask = -1, other = -1, extended = 0;
+
+	if (size < 4 || (size - 4) % 8)
+		return -EINVAL;
+	memcpy(&version, p, 4);
+	if (version != 2)
+		return -EINVAL;
+	for (size_t off = 4; off < size; off += 8) {
+		uint16_t tag, perm;
+		memcpy(&tag, p + off, 2);
+		memcpy(&perm, p + off + 2, 2);
+		perm &= 7;
+		switch (tag) {
+		case 0x01: user = perm; break;
+		case 0x04: group = perm; break;
+		case 0x10: mask = perm; break;
+		case 0x20: other = perm; break;
+		case 0x02: case 0x08: extended = 1; break;
+		default: return -EINVAL;
+		}
+	}
+	if (user < 0 || group < 0 || other < 0 || (extended && mask < 0))
+		return -EINVAL;
+	*mode = (*mode & ~(mode_t)0777) | (mode_t)(user << 6) |
+		(mode_t)((mask >= 0 ? mask : group) << 3) | (mode_t)other;
+	return !extended && mask < 0;
+}
+
 int shoal_setxattr(struct shoal_fs *fs, uint64_t ino, const char *name, const void *value,
 		   size_t size, int flags)
 {
@@ -1108,11 +1146,28 @@ int shoal_setxattr(struct shoal_fs *fs, uint64_t ino, const char *name, const vo
 	LOCK(fs);
 	err = inode_get(fs, ino, &ip);
 	if (!err) {
+		int minimal = 0;
 		if (nochange_flags(ip))
 			err = -EPERM;
 		if (!err)
 			err = trans_begin(fs, RES_META);
-		if (!err)
+		if (!err && !strcmp(name, "system.posix_acl_access")) {
+			mode_t m = ip_di(ip)->di_mode;
+			minimal = acl_to_mode(value, size, &m);
+			if (minimal < 0) {
+				err = minimal;
+			} else {
+				inode_dirty(fs, ip, 1);
+				ip_di(ip)->di_mode = m;
+				inode_touch(ip, 0, 0, 1);
+				if (minimal) {
+					err = xattr_remove(fs, ip, name);
+					if (err == -ENODATA)
+						err = 0;
+				}
+			}
+		}
+		if (!err && !minimal)
 			err = xattr_set(fs, ip, name, value, size, flags);
 		inode_put(fs, ip);
 	}

@@ -95,7 +95,11 @@ static struct shoal_rgd *rg_of(struct shoal_fs *fs, uint64_t blkno)
 
 static int rg_header(struct shoal_fs *fs, struct shoal_rgd *rd, struct shoal_buf **b)
 {
-	return buf_read(fs, rd->rd_addr, SHOAL_MT_RG, b);
+	int err = buf_read(fs, rd->rd_addr, SHOAL_MT_RG, b);
+	if (err == -EIO) /* a shared structure: stop writing before it spreads */
+		fs_error(fs, "resource group %u (block %llu) is damaged", rd->rd_index,
+			 (unsigned long long)rd->rd_addr);
+	return err;
 }
 
 /* Search rd from offset start for a free, non-pending run; 0 on success. */
