@@ -12,7 +12,10 @@
  *      reference while the buffer is on them;
  *  (3) a buffer read from the device has passed meta_check for the type
  *      asked for; a corrupt block is never cached;
- *  (4) a buffer is on the LRU list iff b_ref == 0.
+ *  (4) a buffer is on the LRU list iff b_ref == 0;
+ *  (5) bc_max bounds the LRU (unreferenced buffers) only: referenced ones
+ *      (inodes the kernel holds, transactions) cannot be dropped anyway,
+ *      and counting them would evict every directory leaf on a big tree.
  */
 #include <errno.h>
 #include <stdlib.h>
@@ -27,8 +30,9 @@ static uint32_t bc_slot(struct shoal_bcache *bc, uint64_t blkno)
 	return (uint32_t)(h >> 32) & bc->bc_hmask;
 }
 
-static void lru_del(struct shoal_buf *b)
+static void lru_del(struct shoal_bcache *bc, struct shoal_buf *b)
 {
+	bc->bc_lru_count--;
 	b->b_lprev->b_lnext = b->b_lnext;
 	b->b_lnext->b_lprev = b->b_lprev;
 	b->b_lprev = b->b_lnext = NULL;
@@ -36,6 +40,7 @@ static void lru_del(struct shoal_buf *b)
 
 static void lru_add_tail(struct shoal_bcache *bc, struct shoal_buf *b)
 {
+	bc->bc_lru_count++;
 	b->b_lnext = &bc->bc_lru;
 	b->b_lprev = bc->bc_lru.b_lprev;
 	bc->bc_lru.b_lprev->b_lnext = b;
@@ -125,9 +130,9 @@ static struct shoal_buf *bc_insert(struct shoal_fs *fs, uint64_t blkno)
 void buf_shrink(struct shoal_fs *fs)
 {
 	struct shoal_bcache *bc = &fs->fs_bc;
-	while (bc->bc_count > bc->bc_max && bc->bc_lru.b_lnext != &bc->bc_lru) {
+	while (bc->bc_lru_count > bc->bc_max && bc->bc_lru.b_lnext != &bc->bc_lru) {
 		struct shoal_buf *b = bc->bc_lru.b_lnext;
-		lru_del(b);
+		lru_del(bc, b);
 		buf_free(fs, b);
 	}
 }
@@ -135,7 +140,7 @@ void buf_shrink(struct shoal_fs *fs)
 static void buf_hold(struct shoal_bcache *bc, struct shoal_buf *b)
 {
 	if (b->b_ref++ == 0)
-		lru_del(b);
+		lru_del(bc, b);
 }
 
 int buf_read(struct shoal_fs *fs, uint64_t blkno, uint16_t type, struct shoal_buf **out)
@@ -209,7 +214,7 @@ void buf_forget(struct shoal_fs *fs, uint64_t blkno)
 	if (!b)
 		return;
 	if (b->b_ref == 0) {
-		lru_del(b);
+		lru_del(&fs->fs_bc, b);
 		buf_free(fs, b);
 		return;
 	}

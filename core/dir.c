@@ -700,6 +700,8 @@ static int cmp_dent(const void *a, const void *b)
 static int emit(struct collected *c, dir_iter_fn fn, void *arg)
 {
 	char name[SHOAL_NAME_MAX + 1];
+	if (c->c_n == 0)
+		return 0;
 	qsort(c->c_ents, c->c_n, sizeof(*c->c_ents), cmp_dent);
 	for (uint32_t i = 0; i < c->c_n; i++) {
 		struct dent *d = &c->c_ents[i];

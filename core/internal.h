@@ -40,7 +40,8 @@ struct shoal_bcache {
 	struct shoal_buf **bc_hash;
 	uint32_t bc_hmask;
 	uint64_t bc_count;
-	uint64_t bc_max;
+	uint64_t bc_max;       /* of bc_lru_count */
+	uint64_t bc_lru_count;
 	struct shoal_buf bc_lru; /* list head: b_lnext is least recently used */
 };
 

@@ -290,26 +290,46 @@ int rg_reap_unlinked(struct shoal_fs *fs, uint32_t *reaped)
 	*reaped = 0;
 	for (uint32_t i = 0; i < fs->fs_rgcount; i++) {
 		struct shoal_rgd *rd = &fs->fs_rgds[i];
+		struct shoal_buf *b;
+		uint64_t *found = NULL;
+		uint32_t nfound = 0;
+		int err = rg_header(fs, rd, &b);
+		if (err)
+			return err;
+		const uint8_t *bm = b->b_data + SHOAL_RG_BITMAP_OFF;
+		/* collect first: destroying inodes changes this bitmap */
 		for (uint32_t k = 0; k < rd->rd_length; k++) {
-			struct shoal_buf *b;
-			struct shoal_inode *ip;
-			int err = rg_header(fs, rd, &b), st;
-			if (err)
-				return err;
-			st = bm_get(b->b_data + SHOAL_RG_BITMAP_OFF, k);
-			buf_put(fs, b);
-			if (st != SHOAL_B_UNLINKED)
+			if ((k & 3) == 0 && !(bm[k >> 2] & 0xaa) && k + 4 <= rd->rd_length) {
+				k += 3; /* no state 2 or 3 among these four */
 				continue;
-			err = inode_get(fs, rd->rd_data0 + k, &ip);
+			}
+			if (bm_get(bm, k) != SHOAL_B_UNLINKED)
+				continue;
+			uint64_t *nf = realloc(found, (nfound + 1) * sizeof(*found));
+			if (!nf) {
+				free(found);
+				buf_put(fs, b);
+				return -ENOMEM;
+			}
+			found = nf;
+			found[nfound++] = rd->rd_data0 + k;
+		}
+		buf_put(fs, b);
+		for (uint32_t n = 0; n < nfound; n++) {
+			struct shoal_inode *ip;
+			err = inode_get(fs, found[n], &ip);
 			if (err)
-				return err;
+				break;
 			if (ip_di(ip)->di_nlink == 0 && ip->i_open == 0 && ip->i_nlookup == 0)
 				err = inode_destroy(fs, ip);
 			inode_put(fs, ip);
 			if (err)
-				return err;
+				break;
 			(*reaped)++;
 		}
+		free(found);
+		if (err)
+			return err;
 	}
 	return 0;
 }

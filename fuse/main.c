@@ -28,7 +28,10 @@
  *      loop; once the loop has ended they stay blocked, so a second signal
  *      cannot kill shoal_unmount half-way;
  *  (4) shoal_unmount runs only after the session can deliver no more
- *      requests and the control thread has stopped.
+ *      requests and the control thread has stopped;
+ *  (5) with lock=nolock the device is flock()ed, exclusively for a
+ *      read-write mount and shared for a read-only one, from before
+ *      shoal_mount until the process ends: one writer, or only readers.
  */
 #include "smount.h"
 
@@ -41,10 +44,13 @@
 #include <getopt.h>
 #include <limits.h>
 #include <signal.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #define PROG "shoal-mount"
@@ -266,6 +272,36 @@ static char *shown_options(const struct smount *sm, const struct mount_args *ma)
 }
 
 /*
+ * The arguments of fuse_session_new: -d for debugging, and the mount and
+ * FUSE options, ours first, then those passed on.  0 or -ENOMEM.
+ */
+static int fuse_args_build(const struct smount *sm, const struct mount_args *ma,
+			   struct fuse_args *args)
+{
+	char *opts = NULL, *fsname = NULL;
+	int ret = -ENOMEM;
+
+	if (asprintf(&fsname, "fsname=%s", sm->sm_device) < 0) {
+		fsname = NULL;
+		goto out_free;
+	}
+	if (fuse_opt_add_arg(args, PROG) < 0 ||
+	    (ma->ma_debug && fuse_opt_add_arg(args, "-d") < 0) ||
+	    fuse_opt_add_opt(&opts, "default_permissions,subtype=shoal") < 0 ||
+	    fuse_opt_add_opt_escaped(&opts, fsname) < 0 ||
+	    (sm->sm_opts.mo_readonly && fuse_opt_add_opt(&opts, "ro") < 0) ||
+	    (sm->sm_opts.mo_atime == SHOAL_NOATIME && fuse_opt_add_opt(&opts, "noatime") < 0) ||
+	    (ma->ma_kernel && fuse_opt_add_opt(&opts, ma->ma_kernel) < 0) ||
+	    fuse_opt_add_arg(args, "-o") < 0 || fuse_opt_add_arg(args, opts) < 0)
+		goto out_free;
+	ret = 0;
+out_free:
+	free(opts);
+	free(fsname);
+	return ret;
+}
+
+/*
  * Tell the parent how start-up went (0 mounted, else the exit status it
  * should return), once; later calls do nothing.
  */
@@ -315,6 +351,24 @@ static void fork_daemon(void)
 	setsid();
 }
 
+/* One line in the log, stamped with the time and our pid. */
+static void log_line(const struct smount *sm, const char *fmt, ...)
+{
+	char stamp[32];
+	struct tm tm;
+	time_t now = time(NULL);
+	va_list ap;
+
+	if (!sm->sm_log[0])
+		return;
+	strftime(stamp, sizeof(stamp), "%Y-%m-%d %H:%M:%S", localtime_r(&now, &tm));
+	fprintf(stderr, "%s " PROG "[%ld]: ", stamp, (long)sm->sm_pid);
+	va_start(ap, fmt);
+	vfprintf(stderr, fmt, ap);
+	va_end(ap);
+	fputc('\n', stderr);
+}
+
 /* Leave the caller's terminal: stdin and stdout to /dev/null, stderr to log. */
 static void detach(struct smount *sm, dev_t dev)
 {
@@ -334,8 +388,11 @@ static void detach(struct smount *sm, dev_t dev)
 		if (fd > STDERR_FILENO)
 			close(fd);
 	}
-	if (log >= 0)
+	if (log >= 0) {
 		close(log);
+		log_line(sm, "mounted %s on %s (%s)", sm->sm_device, sm->sm_mountpoint,
+		     sm->sm_options);
+	}
 	if (chdir("/") < 0) {
 		/* harmless: we only use absolute paths */
 	}
@@ -386,6 +443,30 @@ static char *abs_path(const char *arg, int want_dir)
 	return p;
 }
 
+/*
+ * Take the nolock device lock (5).  A plain umount returns before the old
+ * daemon has finished its final checkpoint, so a mount right after one
+ * waits up to ten seconds for that daemon to let go.
+ */
+static int lock_device(struct smount *sm, struct shoal_dev *dev)
+{
+	int op = (sm->sm_opts.mo_readonly ? LOCK_SH : LOCK_EX) | LOCK_NB;
+
+	for (int tries = 0; flock(dev->d_fd, op) < 0; tries++) {
+		if (errno != EWOULDBLOCK) {
+			fprintf(stderr, PROG ": %s: %s\n", sm->sm_device, strerror(errno));
+			return -1;
+		}
+		if (tries == 200) {
+			fprintf(stderr, PROG ": %s: in use by another lock=nolock mount\n",
+				sm->sm_device);
+			return -1;
+		}
+		usleep(50000);
+	}
+	return 0;
+}
+
 int main(int argc, char **argv)
 {
 	struct smount sm = { 0 };
@@ -394,7 +475,6 @@ int main(int argc, char **argv)
 	struct fuse_loop_config *cfg;
 	struct ctl_server *ctl = NULL;
 	struct shoal_dev *dev;
-	char *fsname;
 	int c, ret, status = 0;
 
 	sm.sm_opts.mo_lock = "nolock";
@@ -437,28 +517,10 @@ int main(int argc, char **argv)
 		return 1;
 	}
 
-	/* The kernel's options: ours first, then those passed on. */
-	fsname = malloc(strlen(sm.sm_device) + 8);
-	if (!fsname || fuse_opt_add_arg(&args, PROG) < 0 ||
-	    (ma.ma_debug && fuse_opt_add_arg(&args, "-d") < 0)) {
+	if (fuse_args_build(&sm, &ma, &args) < 0) {
 		fprintf(stderr, PROG ": %s\n", strerror(ENOMEM));
 		return 1;
 	}
-	sprintf(fsname, "fsname=%s", sm.sm_device);
-	{
-		char *k = NULL;
-		if (fuse_opt_add_opt(&k, "default_permissions,subtype=shoal") < 0 ||
-		    fuse_opt_add_opt_escaped(&k, fsname) < 0 ||
-		    (sm.sm_opts.mo_readonly && fuse_opt_add_opt(&k, "ro") < 0) ||
-		    (sm.sm_opts.mo_atime == SHOAL_NOATIME && fuse_opt_add_opt(&k, "noatime") < 0) ||
-		    (ma.ma_kernel && fuse_opt_add_opt(&k, ma.ma_kernel) < 0) ||
-		    fuse_opt_add_arg(&args, "-o") < 0 || fuse_opt_add_arg(&args, k) < 0) {
-			fprintf(stderr, PROG ": %s\n", strerror(ENOMEM));
-			return 1;
-		}
-		free(k);
-	}
-	free(fsname);
 
 	signal(SIGPIPE, SIG_IGN); /* a vanished control client is no reason to die */
 	if (!ma.ma_foreground)
@@ -471,6 +533,12 @@ int main(int argc, char **argv)
 		fprintf(stderr, PROG ": %s: %s\n", sm.sm_device, strerror(-ret));
 		return 1;
 	}
+	/*
+	 * Without a lock server nothing else may write the device: a second
+	 * read-write mount of it would corrupt it.  Read-only mounts share.
+	 */
+	if (!strcmp(sm.sm_opts.mo_lock, "nolock") && lock_device(&sm, dev) < 0)
+		return 1;
 	ret = shoal_mount(dev, &sm.sm_opts, &sm.sm_fs);
 	if (ret < 0) {
 		/* dev is not closed: who owns it after a failure is unspecified */
@@ -538,6 +606,7 @@ out_unmount:
 		status = 1;
 	}
 	notify_parent(1); /* if the parent still waits, start-up failed */
+	log_line(&sm, "unmounted %s%s", sm.sm_device, status ? " with errors" : "");
 	fuse_opt_free_args(&args);
 	free(sm.sm_options);
 	free(sm.sm_device);

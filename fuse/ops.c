@@ -123,6 +123,12 @@ static void op_init(void *userdata, struct fuse_conn_info *conn)
 	conn->max_write = SMOUNT_MAX_WRITE; /* libfuse derives max_pages from it */
 	if (conn->capable & FUSE_CAP_ASYNC_READ)
 		conn->want |= FUSE_CAP_ASYNC_READ;
+	/* Lookups and readdirs of one directory run in parallel. */
+	if (conn->capable & FUSE_CAP_PARALLEL_DIROPS)
+		conn->want |= FUSE_CAP_PARALLEL_DIROPS;
+	/* chattr/lsattr on directories. */
+	if (conn->capable & FUSE_CAP_IOCTL_DIR)
+		conn->want |= FUSE_CAP_IOCTL_DIR;
 	/* Symlink targets never change: let the kernel keep them. */
 	if (conn->capable & FUSE_CAP_CACHE_SYMLINKS)
 		conn->want |= FUSE_CAP_CACHE_SYMLINKS;

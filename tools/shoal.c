@@ -17,6 +17,7 @@
 #include <shoal/ctl.h>
 
 #include <errno.h>
+#include <fcntl.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -162,6 +163,26 @@ static char *reply_field(const char *reply, const char *key)
 	return NULL;
 }
 
+/* Does pid still run?  A zombie has finished: its reaper may be slow. */
+static int pid_running(long pid)
+{
+	char path[64], buf[512], *p;
+	ssize_t n;
+	int fd;
+
+	snprintf(path, sizeof(path), "/proc/%ld/stat", pid);
+	fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return kill((pid_t)pid, 0) == 0 || errno != ESRCH; /* no /proc? */
+	n = read(fd, buf, sizeof(buf) - 1);
+	close(fd);
+	if (n <= 0)
+		return 0;
+	buf[n] = '\0';
+	p = strrchr(buf, ')'); /* "pid (comm) S ...": comm may hold anything */
+	return !(p && p[1] == ' ' && (p[2] == 'Z' || p[2] == 'X'));
+}
+
 /* umount: find the daemon, unmount its mountpoint, wait for it to exit. */
 static int cmd_umount(const char *path)
 {
@@ -187,7 +208,7 @@ static int cmd_umount(const char *path)
 	}
 	for (i = 0; i < UMOUNT_WAIT_S * 100; i++) {
 		struct timespec ts = { .tv_nsec = 10 * 1000 * 1000 };
-		if (kill((pid_t)pid, 0) < 0 && errno == ESRCH) {
+		if (!pid_running(pid)) {
 			ret = EXIT_SUCCESS;
 			goto out_free;
 		}

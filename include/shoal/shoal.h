@@ -2,7 +2,8 @@
  * shoal.h - the interface of libshoal (core/) to its users: the FUSE glue,
  * the tools and the tests.  Every call returns 0 (or a size) on success and a
  * negative errno on failure.  Inode numbers are shoal inode numbers (the
- * dinode's block address); SHOAL_ROOT_INO is never used: ask shoal_root().
+ * dinode's block address, always past the journals, so never 0 or 1): ask
+ * shoal_root() for the root's.
  *
  * Calls that return an inode's attributes and "look it up" (lookup, mknod,
  * mkdir, symlink, link, create) take one lookup reference on that inode,
@@ -75,7 +76,9 @@ struct shoal_counters {
 	uint64_t sc_corrupt;         /* metadata blocks that failed checks */
 };
 
-/* mount/unmount: the device is owned by the fs from mount on. */
+/* mount/unmount: the device is owned by the fs once shoal_mount succeeds
+ * (shoal_unmount closes it); after a failure the caller still owns it, and
+ * shoal_mount has printed the reason on stderr. */
 int shoal_mount(struct shoal_dev *dev, const struct shoal_mount_opts *opts,
 		struct shoal_fs **out);
 /* Commit, checkpoint, free what is unlinked, mark the journal clean. */
@@ -114,7 +117,8 @@ int shoal_rename(struct shoal_fs *fs, const struct shoal_ctx *ctx, uint64_t pare
 		 const char *name, uint64_t newparent, const char *newname, unsigned flags);
 ssize_t shoal_readlink(struct shoal_fs *fs, uint64_t ino, char *buf, size_t size);
 
-/* Open/close: an inode with no links is freed after its last close. */
+/* Open/close (files and directories alike): an inode with no links is
+ * freed after its last close and forget. */
 int shoal_open(struct shoal_fs *fs, uint64_t ino, int flags);
 int shoal_release(struct shoal_fs *fs, uint64_t ino, int flags);
 /* Create and open: takes a lookup reference and an open reference. */
@@ -133,6 +137,8 @@ int64_t shoal_lseek(struct shoal_fs *fs, uint64_t ino, uint64_t off, int whence)
  * readdir: calls fill for each entry whose offset is after off, in offset
  * order, until fill returns non-zero (buffer full).  "." and ".." have
  * offsets 1 and 2; the offset passed to fill is the one to resume after.
+ * fill gets st_ino and the file type bits of st_mode only, and must not call
+ * back into libshoal.
  */
 typedef int (*shoal_fill_fn)(void *arg, const char *name, const struct stat *st, uint64_t next_off);
 int shoal_readdir(struct shoal_fs *fs, uint64_t ino, uint64_t off, shoal_fill_fn fill,
