@@ -117,7 +117,12 @@ struct shoal_fs {
 	int fs_commit_started;
 
 	struct shoal_counters fs_ctr; /* fs_lock (read without it: racy is fine) */
+	struct gl_table *fs_gl;       /* fs_lock: glock cache (glock.c) */
+	const struct lm_ops *fs_lm;   /* lock module */
 };
+
+struct gl_ops;
+const struct gl_ops *glops_for(uint32_t type);
 
 static inline struct shoal_dinode *ip_di(struct shoal_inode *ip)
 {

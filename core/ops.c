@@ -24,6 +24,7 @@
 #include <time.h>
 
 #include "internal.h"
+#include "lock.h"
 
 #define SHOAL_LINK_MAX 65000
 
@@ -71,6 +72,20 @@ static int nochange_flags(struct shoal_inode *ip)
 	return ip_di(ip)->di_flags & (SHOAL_DIF_IMMUTABLE | SHOAL_DIF_APPEND);
 }
 
+/*
+ * Hold the inode's glock in state for this operation (R1: reads ask for SH
+ * only).  Under fs_lock the hold is released at once; the grant stays
+ * cached, so only the first use of an inode costs a lock module request.
+ */
+static int hold(struct shoal_fs *fs, uint64_t ino, int state)
+{
+	struct glock *gl;
+	int err = gl_nq(fs, GL_INODE, ino, state, 0, &gl);
+	if (!err)
+		gl_dq(fs, gl);
+	return err;
+}
+
 /* Blocks an operation may dirty besides allocations. */
 #define RES_META 24
 
@@ -83,6 +98,9 @@ int shoal_lookup(struct shoal_fs *fs, uint64_t parent, const char *name, struct 
 	if (err && strcmp(name, "..") && strcmp(name, "."))
 		return err;
 	LOCK(fs);
+	err = hold(fs, parent, GL_SH);
+	if (err)
+		goto out;
 	err = get_dir(fs, parent, &dp);
 	if (err)
 		goto out;
@@ -125,7 +143,9 @@ int shoal_getattr(struct shoal_fs *fs, uint64_t ino, struct stat *st)
 	struct shoal_inode *ip;
 	int err;
 	LOCK(fs);
-	err = inode_get(fs, ino, &ip);
+	err = hold(fs, ino, GL_SH);
+	if (!err)
+		err = inode_get(fs, ino, &ip);
 	if (!err) {
 		inode_stat(fs, ip, st);
 		inode_put(fs, ip);
@@ -161,6 +181,9 @@ int shoal_setattr(struct shoal_fs *fs, const struct shoal_ctx *ctx, uint64_t ino
 	int err;
 
 	LOCK(fs);
+	err = hold(fs, ino, GL_EX);
+	if (err)
+		goto out;
 	err = inode_get(fs, ino, &ip);
 	if (err)
 		goto out;
@@ -251,6 +274,9 @@ static int make_node(struct shoal_fs *fs, const struct shoal_ctx *ctx, uint64_t 
 		return is_dot(name) ? -EEXIST : err;
 	if (is_dot(name))
 		return -EEXIST;
+	err = hold(fs, parent, GL_EX);
+	if (err)
+		return err;
 	err = get_dir(fs, parent, &dp);
 	if (err)
 		return err;
@@ -401,6 +427,11 @@ int shoal_link(struct shoal_fs *fs, uint64_t ino, uint64_t newparent, const char
 	if (is_dot(newname))
 		return -EEXIST;
 	LOCK(fs);
+	err = hold(fs, ino, GL_EX);
+	if (!err)
+		err = hold(fs, newparent, GL_EX);
+	if (err)
+		goto out;
 	err = inode_get(fs, ino, &ip);
 	if (err)
 		goto out;
@@ -479,6 +510,9 @@ static int remove_entry(struct shoal_fs *fs, uint64_t parent, const char *name, 
 	if (err)
 		return err;
 	LOCK(fs);
+	err = hold(fs, parent, GL_EX);
+	if (err)
+		goto out;
 	err = get_dir(fs, parent, &dp);
 	if (err)
 		goto out;
@@ -564,6 +598,11 @@ int shoal_rename(struct shoal_fs *fs, const struct shoal_ctx *ctx, uint64_t pare
 	if ((err = check_name(name)) || (err = check_name(newname)))
 		return err;
 	LOCK(fs);
+	err = hold(fs, parent, GL_EX);
+	if (!err)
+		err = hold(fs, newparent, GL_EX);
+	if (err)
+		goto out;
 	err = get_dir(fs, parent, &sdp);
 	if (err)
 		goto out;
@@ -705,7 +744,9 @@ ssize_t shoal_readlink(struct shoal_fs *fs, uint64_t ino, char *buf, size_t size
 	struct shoal_inode *ip;
 	ssize_t n;
 	LOCK(fs);
-	n = inode_get(fs, ino, &ip);
+	n = hold(fs, ino, GL_SH);
+	if (!n)
+		n = inode_get(fs, ino, &ip);
 	if (!n) {
 		if (!S_ISLNK(ip_di(ip)->di_mode))
 			n = -EINVAL;
@@ -792,7 +833,9 @@ ssize_t shoal_read(struct shoal_fs *fs, uint64_t ino, void *buf, size_t size, ui
 	struct shoal_inode *ip;
 	ssize_t n;
 	LOCK(fs);
-	n = inode_get(fs, ino, &ip);
+	n = hold(fs, ino, GL_SH);
+	if (!n)
+		n = inode_get(fs, ino, &ip);
 	if (!n) {
 		if (S_ISDIR(ip_di(ip)->di_mode))
 			n = -EISDIR;
@@ -815,7 +858,9 @@ ssize_t shoal_write(struct shoal_fs *fs, const struct shoal_ctx *ctx, uint64_t i
 	uint64_t nblk = (size >> fs->fs_bshift) + 2;
 
 	LOCK(fs);
-	n = inode_get(fs, ino, &ip);
+	n = hold(fs, ino, GL_EX);
+	if (!n)
+		n = inode_get(fs, ino, &ip);
 	if (n)
 		goto out;
 	di = ip_di(ip);
@@ -1071,6 +1116,9 @@ int shoal_readdir(struct shoal_fs *fs, uint64_t ino, uint64_t off, shoal_fill_fn
 	int err;
 
 	LOCK(fs);
+	err = hold(fs, ino, GL_SH);
+	if (err)
+		goto out;
 	err = get_dir(fs, ino, &dp);
 	if (err) {
 		/* a removed directory that is still open reads as empty */

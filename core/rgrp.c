@@ -19,6 +19,7 @@
 #include <string.h>
 
 #include "internal.h"
+#include "lock.h"
 
 static int bm_get(const uint8_t *bm, uint32_t k)
 {
@@ -95,7 +96,13 @@ static struct shoal_rgd *rg_of(struct shoal_fs *fs, uint64_t blkno)
 
 static int rg_header(struct shoal_fs *fs, struct shoal_rgd *rd, struct shoal_buf **b)
 {
-	int err = buf_read(fs, rd->rd_addr, SHOAL_MT_RG, b);
+	struct glock *gl;
+	/* each group has its own lock: nodes allocate in parallel */
+	int err = gl_nq(fs, GL_RGRP, rd->rd_addr, GL_EX, 0, &gl);
+	if (err)
+		return err;
+	gl_dq(fs, gl);
+	err = buf_read(fs, rd->rd_addr, SHOAL_MT_RG, b);
 	if (err == -EIO) /* a shared structure: stop writing before it spreads */
 		fs_error(fs, "resource group %u (block %llu) is damaged", rd->rd_index,
 			 (unsigned long long)rd->rd_addr);

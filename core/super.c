@@ -23,6 +23,7 @@
 #include <unistd.h>
 
 #include "internal.h"
+#include "lock.h"
 #include "meta.h"
 
 int fs_corrupt(struct shoal_fs *fs, uint64_t blkno, const char *what)
@@ -163,7 +164,8 @@ int shoal_mount(struct shoal_dev *dev, const struct shoal_mount_opts *opts,
 		fs->fs_opts = *opts;
 	if (!fs->fs_opts.mo_lock)
 		fs->fs_opts.mo_lock = "nolock";
-	if (strcmp(fs->fs_opts.mo_lock, "nolock") != 0) {
+	fs->fs_lm = lm_find(fs->fs_opts.mo_lock);
+	if (!fs->fs_lm) {
 		snprintf(fs->fs_err, sizeof(fs->fs_err), "lock module '%s' is not available",
 			 fs->fs_opts.mo_lock);
 		err = -EPROTONOSUPPORT;
@@ -193,8 +195,17 @@ int shoal_mount(struct shoal_dev *dev, const struct shoal_mount_opts *opts,
 		fs->fs_ro = 1;
 	fs->fs_bsize = fs->fs_sb.sb_bsize;
 	fs->fs_bshift = fs->fs_sb.sb_bsize_shift;
-	/* nolock: one node, journal 0 unless told otherwise */
-	slot = fs->fs_opts.mo_journal > 0 ? (uint32_t)fs->fs_opts.mo_journal : 0;
+	err = gl_init(fs, fs->fs_lm);
+	if (err)
+		goto out_free;
+	err = fs->fs_lm->lm_mount(fs, fs->fs_sb.sb_locktable, fs->fs_node, &slot);
+	if (err) {
+		snprintf(fs->fs_err, sizeof(fs->fs_err), "lock module %s refused the mount: %s",
+			 fs->fs_lm->lm_name, strerror(-err));
+		goto out_free;
+	}
+	if (fs->fs_opts.mo_journal > 0)
+		slot = (uint32_t)fs->fs_opts.mo_journal;
 	if (slot >= fs->fs_sb.sb_jcount) {
 		snprintf(fs->fs_err, sizeof(fs->fs_err), "journal %u does not exist", slot);
 		err = -EINVAL;
@@ -264,6 +275,7 @@ out_rg:
 out_bc:
 	bc_destroy(fs);
 out_free:
+	gl_destroy(fs);
 	fprintf(stderr, "shoal: mount failed: %s\n", fs->fs_err[0] ? fs->fs_err : strerror(-err));
 	free(fs->fs_ihash);
 	free(fs);
@@ -323,6 +335,8 @@ int shoal_unmount(struct shoal_fs *fs)
 			err = jnl_mark_clean(fs, 1);
 	}
 	free_inodes(fs);
+	gl_destroy(fs);
+	fs->fs_lm->lm_unmount(fs);
 	pthread_mutex_unlock(&fs->fs_lock);
 	rg_destroy(fs);
 	bc_destroy(fs);
@@ -367,6 +381,7 @@ void shoal_counters(struct shoal_fs *fs, struct shoal_counters *out)
 	struct shoal_dev_stats ds;
 	pthread_mutex_lock(&fs->fs_lock);
 	*out = fs->fs_ctr;
+	out->sc_gl_requests = gl_requests(fs);
 	pthread_mutex_unlock(&fs->fs_lock);
 	dev_stats_get(fs->fs_dev, &ds);
 	out->sc_dev_reads = ds.ds_reads;
