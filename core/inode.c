@@ -82,6 +82,14 @@ int inode_check(struct shoal_fs *fs, struct shoal_buf *b)
 	return 0;
 }
 
+struct shoal_inode *inode_find(struct shoal_fs *fs, uint64_t ino)
+{
+	struct shoal_inode *ip = ih_find(fs, ino);
+	if (ip)
+		ip->i_ref++;
+	return ip;
+}
+
 int inode_get(struct shoal_fs *fs, uint64_t ino, struct shoal_inode **out)
 {
 	struct shoal_inode *ip = ih_find(fs, ino);

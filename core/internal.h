@@ -182,6 +182,8 @@ int rg_reap_unlinked(struct shoal_fs *fs, uint32_t *reaped);
 /* inode.c */
 int inode_get(struct shoal_fs *fs, uint64_t ino, struct shoal_inode **out);
 void inode_put(struct shoal_fs *fs, struct shoal_inode *ip);
+/* The in-memory inode, referenced, or NULL: never reads the disk. */
+struct shoal_inode *inode_find(struct shoal_fs *fs, uint64_t ino);
 int inode_alloc(struct shoal_fs *fs, struct shoal_inode *dir, mode_t mode, uid_t uid, gid_t gid,
 		struct shoal_inode **out);
 void inode_dirty(struct shoal_fs *fs, struct shoal_inode *ip, int dsync);

@@ -131,7 +131,8 @@ void shoal_forget(struct shoal_fs *fs, uint64_t ino, uint64_t nlookup)
 {
 	struct shoal_inode *ip;
 	LOCK(fs);
-	if (inode_get(fs, ino, &ip) == 0) {
+	ip = inode_find(fs, ino); /* not in memory: nothing looked it up */
+	if (ip) {
 		ip->i_nlookup = ip->i_nlookup > nlookup ? ip->i_nlookup - nlookup : 0;
 		inode_put(fs, ip);
 	}
