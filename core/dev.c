@@ -187,3 +187,20 @@ void dev_stats_get(struct shoal_dev *dev, struct shoal_dev_stats *out)
 	out->ds_write_bytes = __atomic_load_n(&dev->d_stats.ds_write_bytes, __ATOMIC_RELAXED);
 	out->ds_flushes = __atomic_load_n(&dev->d_stats.ds_flushes, __ATOMIC_RELAXED);
 }
+
+int dev_fd(struct shoal_dev *dev)
+{
+	return dev->d_ops == &dev_file_ops ? dev->d_fd : -1;
+}
+
+void dev_account(struct shoal_dev *dev, int write, uint64_t bytes)
+{
+	if (write) {
+		stat_add(&dev->d_stats.ds_writes, 1);
+		stat_add(&dev->d_stats.ds_write_bytes, bytes);
+		__atomic_fetch_add(&dev->d_write_gen, 1, __ATOMIC_SEQ_CST);
+	} else {
+		stat_add(&dev->d_stats.ds_reads, 1);
+		stat_add(&dev->d_stats.ds_read_bytes, bytes);
+	}
+}

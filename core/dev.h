@@ -46,6 +46,11 @@ int dev_flush(struct shoal_dev *dev);
 /* Flush only if something was written since the last flush. */
 int dev_flush_if_needed(struct shoal_dev *dev);
 void dev_stats_get(struct shoal_dev *dev, struct shoal_dev_stats *out);
+/* The plain file descriptor for zero-copy I/O by the caller, or -1. */
+int dev_fd(struct shoal_dev *dev);
+/* Count I/O that a caller did itself on dev_fd() (a write bumps the
+ * write generation, so fsync knows it needs a flush). */
+void dev_account(struct shoal_dev *dev, int write, uint64_t bytes);
 
 /* The plain file/blockdev backend, for wrappers that delegate to it. */
 extern const struct shoal_dev_ops dev_file_ops;

@@ -4,36 +4,40 @@
  * write cache that can lose power.
  *
  * Writes land in an in-memory overlay of 4 KiB pages (a partial write merges
- * into the lower page read first); a flush writes the overlay to the lower
- * device, flushes that, and empties the overlay.  dev_fault_cut() is the
- * power cut: the overlay is lost, or with a seed a random subset of its pages
- * reaches the lower device (writes torn and reordered), the rest is lost.
+ * into the page read first from below); a flush writes the overlay to the
+ * lower device, flushes that, and empties the overlay; reads see the overlay
+ * first.  dev_fault_cut() is the power cut: what was not flushed is lost,
+ * or with a seed a pseudo-random subset of its pages reaches the lower
+ * device (writes torn and reordered) and the rest is lost.
  *
- * The machine may also "die" at a chosen write (fc_cut_at_write): from then
- * on nothing more reaches the lower device, but the wrapper keeps serving
- * reads and writes from a second, live overlay so the filesystem above runs
- * on unaware until the test cuts power.  At death the overlay is frozen: it
- * is exactly what a following cut may apply.
+ * The machine may also "die" at a chosen write (fc_cut_at_write): the
+ * overlay as it is then is frozen, and nothing written or flushed later
+ * reaches the lower device.  The wrapper keeps answering as if nothing had
+ * happened - later writes go to a second overlay that reads see, flushes
+ * report success - so the filesystem above runs on unaware; a cut then
+ * decides what of the frozen overlay survives.  After a cut it goes on the
+ * same way, so the dead filesystem can still be unmounted to free it.
  *
- *   LIVE --fc_cut_at_write reached--> DEAD --dev_fault_cut--> OFF
+ *   LIVE --write number fc_cut_at_write--> DEAD --dev_fault_cut--> OFF
  *   LIVE --dev_fault_cut--> OFF
  *
- * The wrapper does not own the lower device: the caller closes it after the
- * wrapper (shoal_unmount closes the wrapper).  Closing a LIVE wrapper writes
- * its overlay to the lower device without a flush (a process exit: the
- * written data stays in the host's cache); closing a DEAD or OFF one does not.
+ * The wrapper does not own the lower device: the caller closes that after
+ * the wrapper (shoal_unmount closes the wrapper).  Closing a LIVE wrapper
+ * writes its overlay to the lower device without a flush (a process exit:
+ * the host keeps what was written); closing a DEAD or OFF one does not.
  *
  * Invariants (f_lock):
- *  (1) the lower device changes only by a successful LIVE flush, a cut with
- *      a seed, or the close of a LIVE wrapper; never in DEAD or OFF;
+ *  (1) the lower device changes only by a LIVE flush, by a cut with a seed
+ *      (pages of what was unflushed at death or at the cut), or by the close
+ *      of a LIVE wrapper;
  *  (2) a read returns, per byte, the live overlay, else the frozen overlay,
- *      else the lower device: what the writes made so far, in order;
- *  (3) f_frozen is empty unless DEAD; f_live holds every write since the
- *      last flush (LIVE) or since death (DEAD); in OFF both are empty;
+ *      else the lower device: always what the writes so far made of it;
+ *  (3) f_frozen is empty while LIVE; f_live holds every write since the last
+ *      flush (LIVE), or since death or the cut;
  *  (4) counting is 0-based from the last dev_fault_set: with fc_cut_at_write
- *      N, writes 0..N-1 are kept and write N and later are lost; write
+ *      N >= 0, writes 0..N-1 count and write N and later are lost; write
  *      fc_fail_write_at (flush fc_fail_flush_at) fails once with fc_errno
- *      and changes nothing.
+ *      and changes nothing.  Negative values turn a fault off.
  */
 #include <errno.h>
 #include <pthread.h>
@@ -203,8 +207,6 @@ static int fault_pwrite(struct shoal_dev *dev, const void *buf, size_t len, uint
 		f->f_live = (struct fmap){ 0 };
 		f->f_state = F_DEAD;
 	}
-	if (f->f_state == F_OFF)
-		goto out;
 	if (n == f->f_cfg.fc_fail_write_at) {
 		err = -f->f_cfg.fc_errno;
 		goto out;
@@ -247,12 +249,12 @@ static int fault_flush(struct shoal_dev *dev)
 
 	pthread_mutex_lock(&f->f_lock);
 	int64_t n = f->f_fseen++;
-	if (f->f_state != F_LIVE)
-		goto out; /* dead or off: pretend */
 	if (n == f->f_cfg.fc_fail_flush_at) {
 		err = -f->f_cfg.fc_errno;
 		goto out;
 	}
+	if (f->f_state != F_LIVE)
+		goto out; /* dead or off: pretend */
 	err = map_apply(f, &f->f_live, 0);
 	if (!err)
 		err = dev_flush(f->f_lower);
@@ -321,14 +323,14 @@ void dev_fault_set(struct shoal_dev *dev, const struct dev_fault_cfg *cfg)
 void dev_fault_cut(struct shoal_dev *dev, unsigned keep_seed)
 {
 	struct fault *f = dev->d_priv;
-	struct fmap *m;
 
 	pthread_mutex_lock(&f->f_lock);
-	m = f->f_state == F_DEAD ? &f->f_frozen : &f->f_live;
-	if (keep_seed && f->f_state != F_OFF)
-		map_apply(f, m, keep_seed);
-	map_clear(&f->f_live);
-	map_clear(&f->f_frozen);
+	if (f->f_state == F_LIVE) {
+		f->f_frozen = f->f_live; /* reads keep seeing it, the disk may not */
+		f->f_live = (struct fmap){ 0 };
+	}
+	if (f->f_state != F_OFF && keep_seed)
+		map_apply(f, &f->f_frozen, keep_seed);
 	f->f_state = F_OFF;
 	pthread_mutex_unlock(&f->f_lock);
 }

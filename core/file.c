@@ -25,65 +25,152 @@ static void note_data_write(struct shoal_fs *fs, struct shoal_inode *ip)
 	ip->i_data_gen = __atomic_load_n(&fs->fs_dev->d_write_gen, __ATOMIC_SEQ_CST);
 }
 
-ssize_t file_read(struct shoal_fs *fs, struct shoal_inode *ip, void *buf, size_t size,
-		  uint64_t off)
+/* Zeros for holes: never written, so it costs no memory until read. */
+static uint8_t zero_buf[1u << 20];
+
+int file_map(struct shoal_fs *fs, struct shoal_inode *ip, size_t size, uint64_t off,
+	     struct shoal_piece **pvp, unsigned *np, size_t *total)
 {
 	struct shoal_dinode *di = ip_di(ip);
-	uint8_t *out = buf;
+	struct shoal_piece *pv;
+	unsigned n = 0, cap;
 	size_t done = 0;
 
+	*pvp = NULL;
+	*np = 0;
+	*total = 0;
 	if (off >= di->di_size)
 		return 0;
 	if (size > di->di_size - off)
 		size = (size_t)(di->di_size - off);
+	cap = (unsigned)((size >> fs->fs_bshift) + (size >> 20) + 3);
+	pv = malloc(sizeof(*pv) * cap);
+	if (!pv)
+		return -ENOMEM;
 	if (di->di_height == 0) {
-		memcpy(buf, ip->i_bh->b_data + SHOAL_DI_PAYLOAD_OFF + off, size);
-		return (ssize_t)size;
+		pv[n++] = (struct shoal_piece){.sv_mem = ip->i_bh->b_data + SHOAL_DI_PAYLOAD_OFF + off,
+					       .sv_len = size};
+		done = size;
 	}
 	while (done < size) {
 		uint64_t pos = off + done, lblk = pos >> fs->fs_bshift, pblk;
 		uint32_t inblk = (uint32_t)(pos & (fs->fs_bsize - 1)), run;
 		int err = bmap_get(fs, ip, lblk, &pblk, &run);
-		if (err)
-			return done ? (ssize_t)done : err;
+		if (err) {
+			if (done)
+				break;
+			free(pv);
+			return err;
+		}
 		uint64_t avail = (uint64_t)run * fs->fs_bsize - inblk;
 		size_t len = size - done < avail ? size - done : (size_t)avail;
 		if (pblk == 0) {
-			memset(out + done, 0, len);
+			if (len > sizeof(zero_buf))
+				len = sizeof(zero_buf);
+			pv[n++] = (struct shoal_piece){.sv_mem = zero_buf, .sv_len = len};
 		} else {
-			err = dev_read(fs->fs_dev, out + done, len, (pblk << fs->fs_bshift) + inblk);
-			if (err)
-				return done ? (ssize_t)done : err;
+			pv[n++] = (struct shoal_piece){.sv_devoff = (pblk << fs->fs_bshift) + inblk,
+						       .sv_len = len};
 		}
 		done += len;
+		if (n == cap)
+			break;
 	}
-	return (ssize_t)done;
+	*pvp = pv;
+	*np = n;
+	*total = done;
+	return 0;
 }
 
-/* Write len bytes at byte inblk of newly allocated blocks first..first+nblk. */
-static int write_new(struct shoal_fs *fs, uint64_t first, uint32_t nblk, uint32_t inblk,
-		     const uint8_t *src, size_t len)
+ssize_t file_read(struct shoal_fs *fs, struct shoal_inode *ip, void *buf, size_t size,
+		  uint64_t off)
 {
-	uint32_t bs = fs->fs_bsize;
-	size_t span = (size_t)nblk * bs;
-	int err;
+	struct shoal_piece *pv;
+	unsigned n;
+	size_t total, done = 0;
+	uint8_t *out = buf;
+	int err = file_map(fs, ip, size, off, &pv, &n, &total);
 
-	if (inblk == 0 && len == span)
-		return dev_write(fs->fs_dev, src, len, first << fs->fs_bshift);
-	uint8_t *tmp = calloc(1, span);
-	if (!tmp)
-		return -ENOMEM;
-	memcpy(tmp + inblk, src, len);
-	err = dev_write(fs->fs_dev, tmp, span, first << fs->fs_bshift);
-	free(tmp);
+	if (err)
+		return err;
+	for (unsigned i = 0; i < n; i++) {
+		if (pv[i].sv_mem) {
+			memcpy(out + done, pv[i].sv_mem, pv[i].sv_len);
+		} else {
+			err = dev_read(fs->fs_dev, out + done, pv[i].sv_len, pv[i].sv_devoff);
+			if (err)
+				break;
+		}
+		done += pv[i].sv_len;
+	}
+	free(pv);
+	return done ? (ssize_t)done : err;
+}
+
+/* Where a write's bytes come from: memory, or the caller's callback. */
+struct wsrc {
+	const uint8_t *ws_mem;
+	shoal_write_fn ws_fn;
+	void *ws_arg;
+	int ws_fd;
+};
+
+static int src_copy(struct shoal_fs *fs, const struct wsrc *src, uint64_t devoff, size_t len,
+		    size_t srcoff)
+{
+	if (src->ws_mem)
+		return dev_write(fs->fs_dev, src->ws_mem + srcoff, len, devoff);
+	int err = src->ws_fn(src->ws_arg, src->ws_fd, devoff, len, srcoff);
+	if (!err)
+		dev_account(fs->fs_dev, 1, len);
 	return err;
 }
 
-ssize_t file_write(struct shoal_fs *fs, struct shoal_inode *ip, const void *buf, size_t size,
-		   uint64_t off)
+static int write_zeros(struct shoal_fs *fs, uint64_t devoff, size_t len)
+{
+	while (len) {
+		size_t n = len < sizeof(zero_buf) ? len : sizeof(zero_buf);
+		int err = dev_write(fs->fs_dev, zero_buf, n, devoff);
+		if (err)
+			return err;
+		devoff += n;
+		len -= n;
+	}
+	return 0;
+}
+
+/* Write len source bytes at byte inblk of new blocks first..first+nblk,
+ * zeroing the rest of those blocks (invariant (1)). */
+static int write_new(struct shoal_fs *fs, const struct wsrc *src, uint64_t first, uint32_t nblk,
+		     uint32_t inblk, size_t len, size_t srcoff)
+{
+	uint64_t base = first << fs->fs_bshift;
+	size_t span = (size_t)nblk * fs->fs_bsize;
+	int err = 0;
+
+	if (src->ws_mem && (inblk || inblk + len < span)) {
+		/* compose whole blocks in memory: one write */
+		uint8_t *tmp = calloc(1, span);
+		if (!tmp)
+			return -ENOMEM;
+		memcpy(tmp + inblk, src->ws_mem + srcoff, len);
+		err = dev_write(fs->fs_dev, tmp, span, base);
+		free(tmp);
+		return err;
+	}
+	if (inblk)
+		err = write_zeros(fs, base, inblk);
+	if (!err)
+		err = src_copy(fs, src, base + inblk, len, srcoff);
+	if (!err && inblk + len < span)
+		err = write_zeros(fs, base + inblk + len, span - inblk - len);
+	return err;
+}
+
+static ssize_t write_src(struct shoal_fs *fs, struct shoal_inode *ip, const struct wsrc *src,
+			 size_t size, uint64_t off)
 {
 	struct shoal_dinode *di = ip_di(ip);
-	const uint8_t *in = buf;
 	uint32_t pay = SHOAL_DI_PAYLOAD(fs->fs_bsize);
 	uint64_t end = off + size;
 	size_t done = 0;
@@ -94,8 +181,10 @@ ssize_t file_write(struct shoal_fs *fs, struct shoal_inode *ip, const void *buf,
 	if (end < off || end > bmap_max_blocks(fs, SHOAL_MAX_HEIGHT) << fs->fs_bshift)
 		return -EFBIG;
 	if (di->di_height == 0 && end <= pay) {
+		if (!src->ws_mem)
+			return -EAGAIN; /* inline data must come from memory */
 		inode_dirty(fs, ip, end > di->di_size);
-		memcpy(ip->i_bh->b_data + SHOAL_DI_PAYLOAD_OFF + off, buf, size);
+		memcpy(ip->i_bh->b_data + SHOAL_DI_PAYLOAD_OFF + off, src->ws_mem, size);
 		if (end > di->di_size)
 			di->di_size = end;
 		inode_touch(ip, 0, 1, 1);
@@ -115,11 +204,11 @@ ssize_t file_write(struct shoal_fs *fs, struct shoal_inode *ip, const void *buf,
 		size_t len = size - done < avail ? size - done : (size_t)avail;
 		if (isnew) {
 			uint32_t nblk = (uint32_t)((inblk + len + fs->fs_bsize - 1) >> fs->fs_bshift);
-			err = write_new(fs, pblk, nblk, inblk, in + done, len);
+			err = write_new(fs, src, pblk, nblk, inblk, len, done);
 			fs->fs_j.j_ordered = 1;
 			grew = 1;
 		} else {
-			err = dev_write(fs->fs_dev, in + done, len, (pblk << fs->fs_bshift) + inblk);
+			err = src_copy(fs, src, (pblk << fs->fs_bshift) + inblk, len, done);
 		}
 		if (err)
 			break;
@@ -136,6 +225,20 @@ ssize_t file_write(struct shoal_fs *fs, struct shoal_inode *ip, const void *buf,
 		return (ssize_t)done;
 	}
 	return err;
+}
+
+ssize_t file_write(struct shoal_fs *fs, struct shoal_inode *ip, const void *buf, size_t size,
+		   uint64_t off)
+{
+	struct wsrc src = {.ws_mem = buf};
+	return write_src(fs, ip, &src, size, off);
+}
+
+ssize_t file_write_fn(struct shoal_fs *fs, struct shoal_inode *ip, shoal_write_fn fn, void *arg,
+		      size_t size, uint64_t off)
+{
+	struct wsrc src = {.ws_fn = fn, .ws_arg = arg, .ws_fd = dev_fd(fs->fs_dev)};
+	return write_src(fs, ip, &src, size, off);
 }
 
 int file_truncate(struct shoal_fs *fs, struct shoal_inode *ip, uint64_t size)

@@ -218,6 +218,11 @@ ssize_t file_read(struct shoal_fs *fs, struct shoal_inode *ip, void *buf, size_t
 ssize_t file_write(struct shoal_fs *fs, struct shoal_inode *ip, const void *buf, size_t size,
 		   uint64_t off);
 int file_truncate(struct shoal_fs *fs, struct shoal_inode *ip, uint64_t size);
+/* The pieces holding [off, off+size) (clamped to the file): *pvp malloc'd. */
+int file_map(struct shoal_fs *fs, struct shoal_inode *ip, size_t size, uint64_t off,
+	     struct shoal_piece **pvp, unsigned *np, size_t *total);
+ssize_t file_write_fn(struct shoal_fs *fs, struct shoal_inode *ip, shoal_write_fn fn, void *arg,
+		      size_t size, uint64_t off);
 
 /* dir.c */
 int dir_lookup(struct shoal_fs *fs, struct shoal_inode *dp, const char *name, uint64_t *ino,

@@ -850,20 +850,58 @@ ssize_t shoal_read(struct shoal_fs *fs, uint64_t ino, void *buf, size_t size, ui
 	return n;
 }
 
-ssize_t shoal_write(struct shoal_fs *fs, const struct shoal_ctx *ctx, uint64_t ino,
-		    const void *buf, size_t size, uint64_t off, int flags)
+ssize_t shoal_read_direct(struct shoal_fs *fs, uint64_t ino, size_t size, uint64_t off, int flags,
+			  shoal_read_fn fn, void *arg)
 {
 	struct shoal_inode *ip;
-	struct shoal_dinode *di;
+	struct shoal_piece *pv = NULL;
+	unsigned np = 0;
+	size_t total = 0;
 	ssize_t n;
-	uint64_t nblk = (size >> fs->fs_bshift) + 2;
+	int fd = dev_fd(fs->fs_dev);
 
+	if (fd < 0)
+		return -EOPNOTSUPP;
 	LOCK(fs);
-	n = hold(fs, ino, GL_EX);
+	n = hold(fs, ino, GL_SH);
 	if (!n)
 		n = inode_get(fs, ino, &ip);
 	if (n)
 		goto out;
+	if (S_ISDIR(ip_di(ip)->di_mode))
+		n = -EISDIR;
+	else
+		n = file_map(fs, ip, size, off, &pv, &np, &total);
+	if (!n) {
+		for (unsigned i = 0; i < np; i++)
+			if (!pv[i].sv_mem)
+				dev_account(fs->fs_dev, 0, pv[i].sv_len);
+		n = fn(arg, fd, pv, np); /* under the lock: blocks cannot move */
+		if (!n) {
+			n = (ssize_t)total;
+			update_atime(fs, ip, flags);
+		}
+	}
+	free(pv);
+	inode_put(fs, ip);
+out:
+	UNLOCK(fs);
+	return n;
+}
+
+/* Everything a write checks and reserves before its data moves. */
+static ssize_t write_begin(struct shoal_fs *fs, const struct shoal_ctx *ctx, uint64_t ino,
+			   size_t size, uint64_t off, struct shoal_inode **ipp)
+{
+	struct shoal_inode *ip;
+	struct shoal_dinode *di;
+	uint64_t nblk = (size >> fs->fs_bshift) + 2;
+	ssize_t n = hold(fs, ino, GL_EX);
+
+	if (!n)
+		n = inode_get(fs, ino, &ip);
+	if (n)
+		return n;
 	di = ip_di(ip);
 	if (!S_ISREG(di->di_mode))
 		n = S_ISDIR(di->di_mode) ? -EISDIR : -EINVAL;
@@ -880,18 +918,51 @@ ssize_t shoal_write(struct shoal_fs *fs, const struct shoal_ctx *ctx, uint64_t i
 		if (!n)
 			n = trans_begin(fs, res);
 	}
-	if (!n) {
+	if (!n && ctx && ctx->c_uid != 0 && (di->di_mode & (S_ISUID | S_ISGID))) {
 		/* like ext4: a write by someone other than root drops set-ID bits */
-		if (ctx && ctx->c_uid != 0 && (di->di_mode & (S_ISUID | S_ISGID))) {
-			inode_dirty(fs, ip, 1);
-			di->di_mode &= ~S_ISUID;
-			if (di->di_mode & S_IXGRP)
-				di->di_mode &= ~S_ISGID;
-		}
-		n = file_write(fs, ip, buf, size, off);
+		inode_dirty(fs, ip, 1);
+		di->di_mode &= ~S_ISUID;
+		if (di->di_mode & S_IXGRP)
+			di->di_mode &= ~S_ISGID;
 	}
-	inode_put(fs, ip);
-out:
+	if (n) {
+		inode_put(fs, ip);
+		return n;
+	}
+	*ipp = ip;
+	return 0;
+}
+
+ssize_t shoal_write(struct shoal_fs *fs, const struct shoal_ctx *ctx, uint64_t ino,
+		    const void *buf, size_t size, uint64_t off, int flags)
+{
+	struct shoal_inode *ip;
+	ssize_t n;
+
+	LOCK(fs);
+	n = write_begin(fs, ctx, ino, size, off, &ip);
+	if (!n) {
+		n = file_write(fs, ip, buf, size, off);
+		inode_put(fs, ip);
+	}
+	UNLOCK(fs);
+	return n;
+}
+
+ssize_t shoal_write_direct(struct shoal_fs *fs, const struct shoal_ctx *ctx, uint64_t ino,
+			   size_t size, uint64_t off, int flags, shoal_write_fn fn, void *arg)
+{
+	struct shoal_inode *ip;
+	ssize_t n;
+
+	if (dev_fd(fs->fs_dev) < 0)
+		return -EOPNOTSUPP;
+	LOCK(fs);
+	n = write_begin(fs, ctx, ino, size, off, &ip);
+	if (!n) {
+		n = file_write_fn(fs, ip, fn, arg, size, off); /* -EAGAIN: inline */
+		inode_put(fs, ip);
+	}
 	UNLOCK(fs);
 	return n;
 }

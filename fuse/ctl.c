@@ -21,6 +21,7 @@
  * A failed STARTING goes straight to STOPPED after ready(err).
  */
 #include "ctl.h"
+#include "smount.h"
 
 #include <shoal/ctl.h>
 
@@ -33,6 +34,7 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/sysmacros.h>
 #include <sys/time.h>
 #include <sys/un.h>
 #include <unistd.h>
@@ -130,6 +132,22 @@ out_close:
 	fclose(out); /* closes fd; a vanished client is no error of ours */
 }
 
+/*
+ * FUSE caps the readahead the kernel offers at INIT (128 KiB), which makes
+ * cold sequential reads arrive in small requests; the mount's backing-dev
+ * setting can be raised afterwards.  Best effort: failure only costs speed.
+ */
+static void set_readahead(dev_t dev)
+{
+	char path[96];
+	snprintf(path, sizeof(path), "/sys/class/bdi/%u:%u/read_ahead_kb", major(dev), minor(dev));
+	FILE *f = fopen(path, "w");
+	if (f) {
+		fprintf(f, "%u\n", SMOUNT_READAHEAD_KB);
+		fclose(f);
+	}
+}
+
 /* STARTING: learn the device number, bind and listen.  0 or -errno. */
 static int ctl_bind(struct ctl_server *cs, dev_t *dev)
 {
@@ -165,6 +183,7 @@ static int ctl_bind(struct ctl_server *cs, dev_t *dev)
 	}
 	cs->cs_listen = fd;
 	*dev = st.st_dev;
+	set_readahead(st.st_dev);
 	return 0;
 
 out_unlink:

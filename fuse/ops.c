@@ -121,6 +121,10 @@ static void reply_attr(fuse_req_t req, int ret, const struct stat *st)
 static void op_init(void *userdata, struct fuse_conn_info *conn)
 {
 	conn->max_write = SMOUNT_MAX_WRITE; /* libfuse derives max_pages from it */
+	/* Data moves between /dev/fuse and the device by splice (one copy less
+	 * each way); see op_read and op_write_buf. */
+	conn->want |= conn->capable & (FUSE_CAP_SPLICE_READ | FUSE_CAP_SPLICE_WRITE |
+				       FUSE_CAP_SPLICE_MOVE);
 	if (conn->capable & FUSE_CAP_ASYNC_READ)
 		conn->want |= FUSE_CAP_ASYNC_READ;
 	/* Lookups and readdirs of one directory run in parallel. */
@@ -400,13 +404,61 @@ static char *rbuf_get(size_t size)
 	return rb->rb_data;
 }
 
+/* Reply to a read straight from the device's page cache (splice). */
+struct read_reply {
+	fuse_req_t rr_req;
+	int rr_replied;
+};
+
+static int read_reply_fn(void *arg, int devfd, const struct shoal_piece *pv, unsigned n)
+{
+	struct read_reply *rr = arg;
+	struct fuse_bufvec *bv;
+
+	rr->rr_replied = 1;
+	if (n == 0) {
+		fuse_reply_buf(rr->rr_req, NULL, 0);
+		return 0;
+	}
+	bv = malloc(sizeof(*bv) + sizeof(bv->buf[0]) * (n - 1));
+	if (!bv) {
+		fuse_reply_err(rr->rr_req, ENOMEM);
+		return 0;
+	}
+	*bv = (struct fuse_bufvec)FUSE_BUFVEC_INIT(0);
+	bv->count = n;
+	for (unsigned i = 0; i < n; i++) {
+		struct fuse_buf *b = &bv->buf[i];
+		memset(b, 0, sizeof(*b));
+		b->size = pv[i].sv_len;
+		if (pv[i].sv_mem) {
+			b->mem = (void *)pv[i].sv_mem;
+		} else {
+			b->flags = FUSE_BUF_IS_FD | FUSE_BUF_FD_SEEK;
+			b->fd = devfd;
+			b->pos = (off_t)pv[i].sv_devoff;
+		}
+	}
+	fuse_reply_data(rr->rr_req, bv, FUSE_BUF_SPLICE_MOVE); /* replies, also on error */
+	free(bv);
+	return 0;
+}
+
 static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 		    struct fuse_file_info *fi)
 {
 	struct shoal_fs *fs = FS(req);
+	struct read_reply rr = {.rr_req = req};
 	char *buf;
 	ssize_t n;
 
+	n = shoal_read_direct(fs, ino_in(fs, ino), size, (uint64_t)off, fi->flags, read_reply_fn, &rr);
+	if (rr.rr_replied)
+		return;
+	if (n != -EOPNOTSUPP) {
+		fuse_reply_err(req, n < 0 ? (int)-n : EIO);
+		return;
+	}
 	buf = rbuf_get(size);
 	if (!buf) {
 		fuse_reply_err(req, ENOMEM);
@@ -419,15 +471,60 @@ static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 		fuse_reply_buf(req, buf, (size_t)n);
 }
 
-static void op_write(fuse_req_t req, fuse_ino_t ino, const char *buf, size_t size, off_t off,
-		     struct fuse_file_info *fi)
+/* Copy a write's payload, which may sit in a pipe, to the device (splice). */
+static int write_copy_fn(void *arg, int devfd, uint64_t devoff, size_t len, size_t srcoff)
+{
+	struct fuse_bufvec *src = arg;
+	struct fuse_bufvec dst = FUSE_BUFVEC_INIT(len);
+	ssize_t n;
+
+	(void)srcoff; /* the source is consumed in order: srcoff == bytes so far */
+	dst.buf[0].flags = FUSE_BUF_IS_FD | FUSE_BUF_FD_SEEK;
+	dst.buf[0].fd = devfd;
+	dst.buf[0].pos = (off_t)devoff;
+	n = fuse_buf_copy(&dst, src, 0);
+	if (n < 0)
+		return (int)n;
+	return (size_t)n == len ? 0 : -EIO;
+}
+
+static void op_write_buf(fuse_req_t req, fuse_ino_t ino, struct fuse_bufvec *bufv, off_t off,
+			 struct fuse_file_info *fi)
 {
 	struct shoal_fs *fs = FS(req);
 	struct shoal_ctx ctx;
-	ssize_t n;
+	size_t size = fuse_buf_size(bufv);
+	ssize_t n = -EAGAIN;
 
 	req_ctx(req, &ctx);
-	n = shoal_write(fs, &ctx, ino_in(fs, ino), buf, size, (uint64_t)off, fi->flags);
+	/* large payloads move device-side; small ones (often inline) via memory */
+	if (size >= SMOUNT_SPLICE_MIN && !(bufv->count == 1 && !(bufv->buf[0].flags & FUSE_BUF_IS_FD)))
+		n = shoal_write_direct(fs, &ctx, ino_in(fs, ino), size, (uint64_t)off, fi->flags,
+				       write_copy_fn, bufv);
+	if (n == -EAGAIN || n == -EOPNOTSUPP) {
+		const void *mem;
+		char *tmp = NULL;
+		if (bufv->count == 1 && !(bufv->buf[0].flags & FUSE_BUF_IS_FD)) {
+			mem = (const char *)bufv->buf[0].mem + bufv->off;
+		} else {
+			struct fuse_bufvec dst = FUSE_BUFVEC_INIT(size);
+			tmp = malloc(size ? size : 1);
+			if (!tmp) {
+				fuse_reply_err(req, ENOMEM);
+				return;
+			}
+			dst.buf[0].mem = tmp;
+			n = fuse_buf_copy(&dst, bufv, 0);
+			if (n < 0 || (size_t)n != size) {
+				free(tmp);
+				fuse_reply_err(req, n < 0 ? (int)-n : EIO);
+				return;
+			}
+			mem = tmp;
+		}
+		n = shoal_write(fs, &ctx, ino_in(fs, ino), mem, size, (uint64_t)off, fi->flags);
+		free(tmp);
+	}
 	if (n < 0)
 		fuse_reply_err(req, (int)-n);
 	else
@@ -963,7 +1060,7 @@ const struct fuse_lowlevel_ops smount_ops = {
 	.link = op_link,
 	.open = op_open,
 	.read = op_read,
-	.write = op_write,
+	.write_buf = op_write_buf,
 	.flush = op_flush,
 	.release = op_release,
 	.fsync = op_fsync,

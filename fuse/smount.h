@@ -16,6 +16,10 @@
 #define SMOUNT_TIMEOUT 86400.0
 /* Largest write (and read) request: the kernel then uses 256-page requests. */
 #define SMOUNT_MAX_WRITE (1u << 20)
+/* Writes at least this big are spliced to the device, not copied. */
+#define SMOUNT_SPLICE_MIN (64u << 10)
+/* Readahead for the mount, set through sysfs after mounting (ctl.c). */
+#define SMOUNT_READAHEAD_KB 4096u
 
 /*
  * Everything here is set before the FUSE session starts and read-only while

@@ -129,6 +129,29 @@ ssize_t shoal_read(struct shoal_fs *fs, uint64_t ino, void *buf, size_t size, ui
 ssize_t shoal_write(struct shoal_fs *fs, const struct shoal_ctx *ctx, uint64_t ino,
 		    const void *buf, size_t size, uint64_t off, int flags);
 int shoal_fsync(struct shoal_fs *fs, uint64_t ino, int datasync);
+
+/*
+ * Zero-copy data paths, for a caller that can move bytes between the
+ * device's file descriptor and its own (FUSE's splice).  A piece is either
+ * sv_len bytes at sv_devoff of the device, or sv_len bytes at sv_mem (inline
+ * data, or zeros for a hole).  The callback runs with the filesystem locked,
+ * so the blocks cannot move under it; it returns 0 or -errno.  Both return
+ * -EOPNOTSUPP when the device has no plain file descriptor (test devices):
+ * use shoal_read/shoal_write then.
+ */
+struct shoal_piece {
+	uint64_t sv_devoff;
+	uint64_t sv_len;
+	const void *sv_mem;
+};
+typedef int (*shoal_read_fn)(void *arg, int devfd, const struct shoal_piece *pv, unsigned n);
+/* Returns the bytes handed to fn (0 at end of file) or -errno. */
+ssize_t shoal_read_direct(struct shoal_fs *fs, uint64_t ino, size_t size, uint64_t off, int flags,
+			  shoal_read_fn fn, void *arg);
+/* fn copies len bytes from the caller's source at srcoff to devoff of devfd. */
+typedef int (*shoal_write_fn)(void *arg, int devfd, uint64_t devoff, size_t len, size_t srcoff);
+ssize_t shoal_write_direct(struct shoal_fs *fs, const struct shoal_ctx *ctx, uint64_t ino,
+			   size_t size, uint64_t off, int flags, shoal_write_fn fn, void *arg);
 int shoal_fallocate(struct shoal_fs *fs, uint64_t ino, int mode, uint64_t off, uint64_t len);
 /* SEEK_DATA / SEEK_HOLE: the resulting offset or -ENXIO. */
 int64_t shoal_lseek(struct shoal_fs *fs, uint64_t ino, uint64_t off, int whence);
