@@ -42,7 +42,6 @@
 #include "shoal/shoal.h"
 
 #define FMT_DEFAULT_JOURNALS 2u
-#define FMT_DEFAULT_JBYTES (32ull << 20)
 #define FMT_DEFAULT_LOCKTABLE "shoal:shoal"
 #define FMT_DEFAULT_LOCKPROTO "shoal"
 #define FMT_MAX_JOURNALS 256u
@@ -103,7 +102,8 @@ static int fmt_plan(const struct shoal_dev *dev, const struct shoal_format_opts 
 	memset(fl, 0, sizeof(*fl));
 	fl->fl_bsize = opts && opts->fo_bsize ? opts->fo_bsize : SHOAL_DEFAULT_BSIZE;
 	fl->fl_jcount = opts && opts->fo_journals ? opts->fo_journals : FMT_DEFAULT_JOURNALS;
-	jbytes = opts && opts->fo_jbytes ? opts->fo_jbytes : FMT_DEFAULT_JBYTES;
+	jbytes = opts && opts->fo_jbytes ? opts->fo_jbytes
+					 : shoal_default_jbytes(dev->d_size, fl->fl_jcount, fl->fl_bsize);
 	fl->fl_locktable =
 		opts && opts->fo_locktable ? opts->fo_locktable : FMT_DEFAULT_LOCKTABLE;
 	fl->fl_lockproto =
@@ -374,4 +374,16 @@ int shoal_format(struct shoal_dev *dev, const struct shoal_format_opts *opts,
 out_free:
 	free(b);
 	return err;
+}
+
+uint64_t shoal_default_jbytes(uint64_t devbytes, uint32_t journals, uint32_t bsize)
+{
+	uint64_t j = devbytes / 8 / (journals ? journals : 1);
+	if (j > 128ull << 20)
+		j = 128ull << 20;
+	if (j < 8ull << 20)
+		j = 8ull << 20;
+	if (bsize)
+		j -= j % bsize;
+	return j;
 }

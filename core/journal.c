@@ -396,6 +396,34 @@ static int cmp_blkno(const void *a, const void *b)
 	return x->b_blkno < y->b_blkno ? -1 : x->b_blkno > y->b_blkno;
 }
 
+/* Write sorted buffers home, runs of adjacent blocks in one write each. */
+static int write_home(struct shoal_fs *fs, struct shoal_buf **list, uint32_t n)
+{
+	const uint32_t maxrun = 256;
+	uint32_t bs = fs->fs_bsize;
+	uint8_t *stage = malloc((size_t)maxrun * bs);
+	int err = 0;
+
+	if (!stage)
+		return -ENOMEM;
+	for (uint32_t i = 0; i < n && !err;) {
+		uint32_t run = 0;
+		if (list[i]->b_flags & BUF_STALE) {
+			i++;
+			continue;
+		}
+		while (i + run < n && run < maxrun && !(list[i + run]->b_flags & BUF_STALE) &&
+		       list[i + run]->b_blkno == list[i]->b_blkno + run) {
+			memcpy(stage + (size_t)run * bs, list[i + run]->b_data, bs);
+			run++;
+		}
+		err = dev_write(fs->fs_dev, stage, (size_t)run * bs, list[i]->b_blkno << fs->fs_bshift);
+		i += run;
+	}
+	free(stage);
+	return err;
+}
+
 int jnl_checkpoint(struct shoal_fs *fs)
 {
 	struct shoal_journal *j = &fs->fs_j;
@@ -413,10 +441,7 @@ int jnl_checkpoint(struct shoal_fs *fs)
 		for (b = j->j_ckpt.b_cnext; b != &j->j_ckpt; b = b->b_cnext)
 			list[n++] = b;
 		qsort(list, n, sizeof(*list), cmp_blkno);
-		for (uint32_t i = 0; i < n && !err; i++)
-			if (!(list[i]->b_flags & BUF_STALE))
-				err = dev_write(fs->fs_dev, list[i]->b_data, fs->fs_bsize,
-						list[i]->b_blkno << fs->fs_bshift);
+		err = write_home(fs, list, n);
 		if (!err)
 			err = dev_flush(fs->fs_dev);
 		if (err) {

@@ -163,7 +163,12 @@ int rg_alloc(struct shoal_fs *fs, uint64_t goal, uint32_t n, int state, uint64_t
 		if (err)
 			return err;
 		uint8_t *bm = b->b_data + SHOAL_RG_BITMAP_OFF;
-		if (rg_search(rd, bm, t == 0 ? start : rd->rd_last, n, &k, &len)) {
+		/* next fit: blocks between the goal and the cursor were taken */
+		uint32_t from = rd->rd_last;
+		if (t == 0 && (start > rd->rd_last ||
+			       (bm_get(bm, start) == SHOAL_B_FREE && !pend_get(rd, start))))
+			from = start; /* the goal itself is free: stay contiguous */
+		if (rg_search(rd, bm, from, n, &k, &len)) {
 			buf_put(fs, b);
 			continue;
 		}

@@ -66,7 +66,8 @@ static void usage(FILE *f)
 		"Make a shoal filesystem on DEVICE, a block device or an image file.\n"
 		"\n"
 		"  -j NODES          journals, one per node that mounts it (1-256, default 2)\n"
-		"  -J JOURNAL_SIZE   size of each journal (default 32M; a bare number is MiB)\n"
+		"  -J JOURNAL_SIZE   size of each journal (default: 1/8 of the device shared by\n"
+		"                    the journals, 8M to 128M; a bare number is MiB)\n"
 		"  -t CLUSTER:FSNAME lock table name (default shoal:shoal, at most 63 bytes)\n"
 		"  -b BLOCK_SIZE     block size: 1024, 2048, 4096 (default), ... 65536\n"
 		"  -f                overwrite an existing filesystem; allow shrinking an image\n"
@@ -157,7 +158,7 @@ static void parse_args(int argc, char **argv, struct mkfs_args *a)
 
 	memset(a, 0, sizeof(*a));
 	a->ma_journals = 2;
-	a->ma_jbytes = 32ull << 20;
+	a->ma_jbytes = 0; /* chosen from the size once it is known */
 	a->ma_bsize = SHOAL_DEFAULT_BSIZE;
 	a->ma_locktable = "shoal:shoal";
 	while ((c = getopt(argc, argv, "j:J:t:b:fqh")) != -1) {
@@ -205,7 +206,7 @@ static void parse_args(int argc, char **argv, struct mkfs_args *a)
 	a->ma_path = argv[optind];
 	if (argc - optind == 2 && (parse_size(argv[optind + 1], 1, &a->ma_size) || !a->ma_size))
 		die_usage("SIZE %s: not a size", argv[optind + 1]);
-	if (a->ma_jbytes / a->ma_bsize < MKFS_MIN_JBLOCKS) {
+	if (a->ma_jbytes && a->ma_jbytes / a->ma_bsize < MKFS_MIN_JBLOCKS) {
 		char buf[64];
 		snprintf(buf, sizeof(buf), "%u", MKFS_MIN_JBLOCKS * a->ma_bsize);
 		die_usage("-J: a journal needs at least 256 blocks (%s bytes)", buf);
@@ -411,6 +412,8 @@ int main(int argc, char **argv)
 		die_errno(a.ma_path, ENOTBLK);
 	}
 
+	if (!a.ma_jbytes)
+		a.ma_jbytes = shoal_default_jbytes(size, a.ma_journals, a.ma_bsize);
 	min = ((uint64_t)a.ma_journals * (a.ma_jbytes / a.ma_bsize) + 2 + MKFS_MIN_RG_BLOCKS) *
 	      a.ma_bsize;
 	if (size < min) {

@@ -187,7 +187,7 @@ int shoal_setflags(struct shoal_fs *fs, const struct shoal_ctx *ctx, uint64_t in
 struct shoal_format_opts {
 	uint32_t fo_bsize;      /* default 4096 */
 	uint32_t fo_journals;   /* default 2 */
-	uint64_t fo_jbytes;     /* bytes per journal, default 32 MiB */
+	uint64_t fo_jbytes;     /* bytes per journal, default shoal_default_jbytes() */
 	const char *fo_locktable; /* "cluster:fsname", default "shoal:shoal" */
 	const char *fo_lockproto; /* default "shoal" */
 	/* called now and then with blocks done and total; may be NULL */
@@ -206,5 +206,8 @@ struct shoal_format_info {
 
 int shoal_format(struct shoal_dev *dev, const struct shoal_format_opts *opts,
 		 struct shoal_format_info *info);
+/* Default journal size: an eighth of the device shared among the journals,
+ * at least 8 MiB and at most 128 MiB each (GFS2's default). */
+uint64_t shoal_default_jbytes(uint64_t devbytes, uint32_t journals, uint32_t bsize);
 
 #endif
