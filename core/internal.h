@@ -243,6 +243,18 @@ void dir_init_inline(struct shoal_fs *fs, struct shoal_inode *dp);
 int dir_make_room(struct shoal_fs *fs, struct shoal_inode *dp, const char *name);
 int dir_destroy(struct shoal_fs *fs, struct shoal_inode *dp);
 
+/* perm.c: who is asking (shoal_caller_set) and what they may do */
+const struct shoal_ctx *perm_caller(void);
+int perm_is_root(void);
+uid_t perm_uid(void);
+int perm_in_group(gid_t gid);
+/* mask: 4 read, 2 write, 1 execute/search; 0 or -EACCES */
+int perm_check(struct shoal_inode *ip, int mask);
+/* owner or root: 0 or -EPERM */
+int perm_owner(struct shoal_inode *ip);
+/* removing ip from dp under the sticky rule: 0 or -EPERM */
+int perm_sticky(struct shoal_inode *dp, struct shoal_inode *ip);
+
 /* xattr.c */
 int xattr_set(struct shoal_fs *fs, struct shoal_inode *ip, const char *name, const void *value,
 	      size_t size, int flags);

@@ -104,6 +104,11 @@ int shoal_lookup(struct shoal_fs *fs, uint64_t parent, const char *name, struct 
 	err = get_dir(fs, parent, &dp);
 	if (err)
 		goto out;
+	err = perm_check(dp, 1);
+	if (err) {
+		inode_put(fs, dp);
+		goto out;
+	}
 	if (!strcmp(name, "."))
 		ino = parent;
 	else if (!strcmp(name, ".."))
@@ -168,6 +173,9 @@ uint64_t shoal_generation(struct shoal_fs *fs, uint64_t ino)
 	return g;
 }
 
+static int setattr_allowed(struct shoal_inode *ip, const struct shoal_ctx *ctx,
+			   const struct stat *attr, int valid);
+
 static void set_ts(struct shoal_ts *t, const struct timespec *ts)
 {
 	t->ts_sec = ts->tv_sec;
@@ -210,6 +218,9 @@ int shoal_setattr(struct shoal_fs *fs, const struct shoal_ctx *ctx, uint64_t ino
 			goto out_put;
 		}
 	}
+	err = setattr_allowed(ip, ctx, attr, valid);
+	if (err)
+		goto out_put;
 	err = trans_begin(fs, fs->fs_rgcount + RES_META);
 	if (err)
 		goto out_put;
@@ -221,8 +232,13 @@ int shoal_setattr(struct shoal_fs *fs, const struct shoal_ctx *ctx, uint64_t ino
 			goto out_put;
 		inode_touch(ip, 0, 1, 1);
 	}
-	if (valid & SHOAL_SET_MODE)
-		di->di_mode = (di->di_mode & S_IFMT) | (attr->st_mode & 07777);
+	if (valid & SHOAL_SET_MODE) {
+		mode_t m = attr->st_mode & 07777;
+		gid_t g = valid & SHOAL_SET_GID ? attr->st_gid : di->di_gid;
+		if ((m & S_ISGID) && !perm_is_root() && !perm_in_group(g))
+			m &= ~S_ISGID; /* like chmod(2) without CAP_FSETID */
+		di->di_mode = (di->di_mode & S_IFMT) | m;
+	}
 	if (valid & (SHOAL_SET_UID | SHOAL_SET_GID)) {
 		if (valid & SHOAL_SET_UID)
 			di->di_uid = attr->st_uid;
@@ -258,6 +274,41 @@ out:
 	return err;
 }
 
+/* May the caller make these attribute changes?  (chmod, chown, utimes and
+ * truncate rules of the kernel's setattr_prepare and may_open.) */
+static int setattr_allowed(struct shoal_inode *ip, const struct shoal_ctx *ctx,
+			   const struct stat *attr, int valid)
+{
+	struct shoal_dinode *di = ip_di(ip);
+	int err;
+
+	if (perm_is_root())
+		return 0;
+	if ((valid & SHOAL_SET_MODE) && (err = perm_owner(ip)))
+		return err;
+	if ((valid & SHOAL_SET_UID) && attr->st_uid != di->di_uid)
+		return -EPERM;
+	if ((valid & SHOAL_SET_GID) && attr->st_gid != di->di_gid &&
+	    (perm_owner(ip) || !perm_in_group(attr->st_gid)))
+		return -EPERM;
+	if ((valid & (SHOAL_SET_UID | SHOAL_SET_GID)) && perm_owner(ip))
+		return -EPERM;
+	if (valid & (SHOAL_SET_ATIME | SHOAL_SET_MTIME | SHOAL_SET_ATIME_NOW | SHOAL_SET_MTIME_NOW)) {
+		int explicit_time = ((valid & SHOAL_SET_ATIME) && !(valid & SHOAL_SET_ATIME_NOW)) ||
+				    ((valid & SHOAL_SET_MTIME) && !(valid & SHOAL_SET_MTIME_NOW));
+		if (perm_owner(ip)) {
+			if (explicit_time)
+				return -EPERM;
+			if ((err = perm_check(ip, 2)))
+				return err;
+		}
+	}
+	if ((valid & SHOAL_SET_SIZE) && !(ctx && (ctx->c_flags & SHOAL_CTX_FH)) &&
+	    (err = perm_check(ip, 2)))
+		return err;
+	return 0;
+}
+
 /*
  * Create an inode named name in parent: the shared part of mknod, mkdir,
  * symlink and create.  Returns with *ipp referenced.
@@ -283,6 +334,13 @@ static int make_node(struct shoal_fs *fs, const struct shoal_ctx *ctx, uint64_t 
 		return err;
 	if (ip_di(dp)->di_flags & SHOAL_DIF_IMMUTABLE) {
 		err = -EPERM;
+		goto out_dp;
+	}
+	err = perm_check(dp, 3);
+	if (err)
+		goto out_dp;
+	if ((S_ISCHR(mode) || S_ISBLK(mode)) && !perm_is_root()) {
+		err = -EPERM; /* CAP_MKNOD */
 		goto out_dp;
 	}
 	err = dir_lookup(fs, dp, name, &ino, NULL);
@@ -455,6 +513,9 @@ int shoal_link(struct shoal_fs *fs, uint64_t ino, uint64_t newparent, const char
 	err = get_dir(fs, newparent, &dp);
 	if (err)
 		goto out_ip;
+	err = perm_check(dp, 3);
+	if (err)
+		goto out_dp;
 	err = dir_lookup(fs, dp, newname, &x, NULL);
 	if (err != -ENOENT) {
 		err = err ? err : -EEXIST;
@@ -517,13 +578,19 @@ static int remove_entry(struct shoal_fs *fs, uint64_t parent, const char *name, 
 	err = get_dir(fs, parent, &dp);
 	if (err)
 		goto out;
+	err = perm_check(dp, 3);
+	if (err)
+		goto out_dp;
 	err = dir_lookup(fs, dp, name, &ino, NULL);
 	if (err)
 		goto out_dp;
 	err = inode_get(fs, ino, &ip);
 	if (err)
 		goto out_dp;
-	if (isdir && !S_ISDIR(ip_di(ip)->di_mode))
+	err = perm_sticky(dp, ip);
+	if (err)
+		;
+	else if (isdir && !S_ISDIR(ip_di(ip)->di_mode))
 		err = -ENOTDIR;
 	else if (!isdir && S_ISDIR(ip_di(ip)->di_mode))
 		err = -EISDIR;
@@ -610,13 +677,23 @@ int shoal_rename(struct shoal_fs *fs, const struct shoal_ctx *ctx, uint64_t pare
 	err = get_dir(fs, newparent, &ddp);
 	if (err)
 		goto out;
-	err = dir_lookup(fs, sdp, name, &sino, NULL);
+	err = perm_check(sdp, 3);
+	if (!err)
+		err = perm_check(ddp, 3);
+	if (!err)
+		err = dir_lookup(fs, sdp, name, &sino, NULL);
 	if (err)
 		goto out;
 	err = inode_get(fs, sino, &sip);
 	if (err)
 		goto out;
+	err = perm_sticky(sdp, sip);
+	if (err)
+		goto out;
 	sdir = S_ISDIR(ip_di(sip)->di_mode);
+	/* a directory changing parent rewrites its "..": it needs write */
+	if (sdir && parent != newparent && (err = perm_check(sip, 2)))
+		goto out;
 	err = dir_lookup(fs, ddp, newname, &tino, NULL);
 	if (err && err != -ENOENT)
 		goto out;
@@ -629,6 +706,11 @@ int shoal_rename(struct shoal_fs *fs, const struct shoal_ctx *ctx, uint64_t pare
 		if (err)
 			goto out;
 		tdir = S_ISDIR(ip_di(tip)->di_mode);
+		if (tip->i_ino != sip->i_ino && (err = perm_sticky(ddp, tip)))
+			goto out;
+		if ((flags & RENAME_EXCHANGE) && tdir && parent != newparent &&
+		    (err = perm_check(tip, 2)))
+			goto out;
 	} else if (flags & RENAME_EXCHANGE) {
 		goto out; /* -ENOENT */
 	}
@@ -767,7 +849,9 @@ int shoal_open(struct shoal_fs *fs, uint64_t ino, int flags)
 	err = inode_get(fs, ino, &ip);
 	if (err)
 		goto out;
-	if (acc != O_RDONLY || (flags & O_TRUNC)) {
+	int want = (acc == O_RDONLY ? 4 : acc == O_WRONLY ? 2 : 6) | (flags & O_TRUNC ? 2 : 0);
+	err = perm_check(ip, want);
+	if (!err && (acc != O_RDONLY || (flags & O_TRUNC))) {
 		if (ip_di(ip)->di_flags & SHOAL_DIF_IMMUTABLE)
 			err = -EPERM;
 		else if ((ip_di(ip)->di_flags & SHOAL_DIF_APPEND) &&
@@ -1258,6 +1342,29 @@ static int acl_to_mode(const void *value, size_t size, mode_t *mode)
 	return !extended && mask < 0;
 }
 
+/* xattr_permission(): user.* follows the file's rwx bits (regular files
+ * and directories only), trusted.* and security.* are root's, ACLs the
+ * owner's.  write: 1 for set/remove. */
+static int xattr_allowed(struct shoal_inode *ip, const char *name, int write)
+{
+	mode_t m = ip_di(ip)->di_mode;
+
+	if (!strncmp(name, "user.", 5)) {
+		if (!S_ISREG(m) && !S_ISDIR(m))
+			return write ? -EPERM : -ENODATA;
+		if (S_ISDIR(m) && (m & S_ISVTX) && write && perm_owner(ip))
+			return -EPERM;
+		return perm_check(ip, write ? 2 : 4);
+	}
+	if (!strncmp(name, "trusted.", 8))
+		return perm_is_root() ? 0 : write ? -EPERM : -ENODATA;
+	if (!strncmp(name, "system.posix_acl_", 17))
+		return write ? perm_owner(ip) : 0;
+	if (!strncmp(name, "security.", 9))
+		return write && !perm_is_root() ? -EPERM : 0;
+	return 0;
+}
+
 int shoal_setxattr(struct shoal_fs *fs, uint64_t ino, const char *name, const void *value,
 		   size_t size, int flags)
 {
@@ -1267,7 +1374,8 @@ int shoal_setxattr(struct shoal_fs *fs, uint64_t ino, const char *name, const vo
 	err = inode_get(fs, ino, &ip);
 	if (!err) {
 		int minimal = 0;
-		if (nochange_flags(ip))
+		err = xattr_allowed(ip, name, 1);
+		if (!err && nochange_flags(ip))
 			err = -EPERM;
 		if (!err)
 			err = trans_begin(fs, RES_META);
@@ -1303,7 +1411,9 @@ ssize_t shoal_getxattr(struct shoal_fs *fs, uint64_t ino, const char *name, void
 	LOCK(fs);
 	n = inode_get(fs, ino, &ip);
 	if (!n) {
-		n = xattr_get(fs, ip, name, value, size);
+		n = xattr_allowed(ip, name, 0);
+		if (!n)
+			n = xattr_get(fs, ip, name, value, size);
 		inode_put(fs, ip);
 	}
 	UNLOCK(fs);
@@ -1331,7 +1441,8 @@ int shoal_removexattr(struct shoal_fs *fs, uint64_t ino, const char *name)
 	LOCK(fs);
 	err = inode_get(fs, ino, &ip);
 	if (!err) {
-		if (nochange_flags(ip))
+		err = xattr_allowed(ip, name, 1);
+		if (!err && nochange_flags(ip))
 			err = -EPERM;
 		if (!err)
 			err = trans_begin(fs, RES_META);
@@ -1381,6 +1492,30 @@ int shoal_setflags(struct shoal_fs *fs, const struct shoal_ctx *ctx, uint64_t in
 		inode_dirty(fs, ip, 1);
 		di->di_flags = (di->di_flags & ~SHOAL_DIF_USER_MASK) | flags;
 		inode_touch(ip, 0, 0, 1);
+	}
+	inode_put(fs, ip);
+out:
+	UNLOCK(fs);
+	return err;
+}
+
+int shoal_access(struct shoal_fs *fs, uint64_t ino, int mask)
+{
+	struct shoal_inode *ip;
+	int err;
+
+	LOCK(fs);
+	err = inode_get(fs, ino, &ip);
+	if (err)
+		goto out;
+	if (mask != F_OK) {
+		mode_t m = ip_di(ip)->di_mode;
+		err = perm_check(ip, mask & 7);
+		if (!err && (mask & W_OK) && fs->fs_ro &&
+		    (S_ISREG(m) || S_ISDIR(m) || S_ISLNK(m)))
+			err = -EROFS;
+		if (!err && (mask & W_OK) && (ip_di(ip)->di_flags & SHOAL_DIF_IMMUTABLE))
+			err = -EPERM;
 	}
 	inode_put(fs, ip);
 out:

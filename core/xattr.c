@@ -146,6 +146,8 @@ ssize_t xattr_list(struct shoal_fs *fs, struct shoal_inode *ip, char *list, size
 			return -EIO;
 		}
 		const char *pre = ns_prefix(e.xe_ns);
+		if (pre && e.xe_ns == SHOAL_XNS_TRUSTED && !perm_is_root())
+			pre = NULL; /* as listxattr(2) does without CAP_SYS_ADMIN */
 		if (pre) {
 			size_t need = strlen(pre) + e.xe_namelen + 1;
 			if (size) {

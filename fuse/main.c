@@ -98,8 +98,8 @@ static void usage(FILE *out)
 		"  allow_other, allow_root, auto_unmount, nosuid, suid, nodev, dev,\n"
 		"  noexec, exec, sync, async, dirsync, context=, fscontext=,\n"
 		"  defcontext=, rootcontext=\n"
-		"always set: default_permissions (the kernel checks permissions from\n"
-		"shoal's attributes), fsname=DEVICE, subtype=shoal.\n"
+		"always set: default_permissions (the kernel checks permissions on\n"
+		"every path walk, cached or not), fsname=DEVICE, subtype=shoal.\n"
 		"\n"
 		"Exit status: 0 mounted (with -f: unmounted cleanly); 1 the mount, the\n"
 		"session or the unmount failed; 2 bad usage or options.\n");

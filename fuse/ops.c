@@ -58,14 +58,37 @@ static int ino_out(struct shoal_fs *fs, uint64_t ino, fuse_ino_t *out)
 	return 0;
 }
 
+static int req_in_group(fuse_req_t req, gid_t gid);
+
+static int ctx_in_group(void *arg, gid_t gid)
+{
+	return req_in_group(arg, gid);
+}
+
 static void req_ctx(fuse_req_t req, struct shoal_ctx *ctx)
 {
 	const struct fuse_ctx *fc = fuse_req_ctx(req);
 
+	memset(ctx, 0, sizeof(*ctx));
 	ctx->c_uid = fc->uid;
 	ctx->c_gid = fc->gid;
 	ctx->c_pid = fc->pid;
 	ctx->c_umask = fc->umask;
+	ctx->c_in_group = ctx_in_group;
+	ctx->c_arg = req;
+}
+
+/*
+ * Every request names its caller to libshoal first, for libshoal's own
+ * permission checks (core/perm.c; the kernel checks as well).  The group
+ * callback may only run while req is alive, which is while this request
+ * is being served.
+ */
+static void caller_begin(fuse_req_t req)
+{
+	struct shoal_ctx ctx;
+	req_ctx(req, &ctx);
+	shoal_caller_set(&ctx);
 }
 
 static int fill_entry(struct shoal_fs *fs, const struct stat *st, struct fuse_entry_param *e)
@@ -157,6 +180,7 @@ static void op_destroy(void *userdata)
 
 static void op_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
 {
+	caller_begin(req);
 	struct shoal_fs *fs = FS(req);
 	struct fuse_entry_param e;
 	struct stat st;
@@ -175,6 +199,7 @@ static void op_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
 
 static void op_forget(fuse_req_t req, fuse_ino_t ino, uint64_t nlookup)
 {
+	caller_begin(req);
 	struct shoal_fs *fs = FS(req);
 
 	shoal_forget(fs, ino_in(fs, ino), nlookup);
@@ -183,6 +208,7 @@ static void op_forget(fuse_req_t req, fuse_ino_t ino, uint64_t nlookup)
 
 static void op_forget_multi(fuse_req_t req, size_t count, struct fuse_forget_data *forgets)
 {
+	caller_begin(req);
 	struct shoal_fs *fs = FS(req);
 	size_t i;
 
@@ -193,6 +219,7 @@ static void op_forget_multi(fuse_req_t req, size_t count, struct fuse_forget_dat
 
 static void op_getattr(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
+	caller_begin(req);
 	struct shoal_fs *fs = FS(req);
 	struct stat st;
 
@@ -202,6 +229,7 @@ static void op_getattr(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi
 static void op_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr, int to_set,
 		       struct fuse_file_info *fi)
 {
+	caller_begin(req);
 	static const struct {
 		int fuse;
 		int shoal;
@@ -226,11 +254,14 @@ static void op_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr, int to
 		if (to_set & map[i].fuse)
 			valid |= map[i].shoal;
 	req_ctx(req, &ctx);
+	if (fi)
+		ctx.c_flags |= SHOAL_CTX_FH; /* ftruncate: the open checked already */
 	reply_attr(req, shoal_setattr(fs, &ctx, ino_in(fs, ino), attr, valid, &st), &st);
 }
 
 static void op_readlink(fuse_req_t req, fuse_ino_t ino)
 {
+	caller_begin(req);
 	struct shoal_fs *fs = FS(req);
 	char buf[PATH_MAX + 1];
 	ssize_t n;
@@ -247,6 +278,7 @@ static void op_readlink(fuse_req_t req, fuse_ino_t ino)
 static void op_mknod(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode,
 		     dev_t rdev)
 {
+	caller_begin(req);
 	struct shoal_fs *fs = FS(req);
 	struct shoal_ctx ctx;
 	struct stat st;
@@ -257,6 +289,7 @@ static void op_mknod(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t
 
 static void op_mkdir(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode)
 {
+	caller_begin(req);
 	struct shoal_fs *fs = FS(req);
 	struct shoal_ctx ctx;
 	struct stat st;
@@ -267,6 +300,7 @@ static void op_mkdir(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t
 
 static void op_symlink(fuse_req_t req, const char *link, fuse_ino_t parent, const char *name)
 {
+	caller_begin(req);
 	struct shoal_fs *fs = FS(req);
 	struct shoal_ctx ctx;
 	struct stat st;
@@ -277,6 +311,7 @@ static void op_symlink(fuse_req_t req, const char *link, fuse_ino_t parent, cons
 
 static void op_link(fuse_req_t req, fuse_ino_t ino, fuse_ino_t newparent, const char *newname)
 {
+	caller_begin(req);
 	struct shoal_fs *fs = FS(req);
 	struct stat st;
 
@@ -286,6 +321,7 @@ static void op_link(fuse_req_t req, fuse_ino_t ino, fuse_ino_t newparent, const 
 
 static void op_unlink(fuse_req_t req, fuse_ino_t parent, const char *name)
 {
+	caller_begin(req);
 	struct shoal_fs *fs = FS(req);
 	struct shoal_ctx ctx;
 
@@ -295,6 +331,7 @@ static void op_unlink(fuse_req_t req, fuse_ino_t parent, const char *name)
 
 static void op_rmdir(fuse_req_t req, fuse_ino_t parent, const char *name)
 {
+	caller_begin(req);
 	struct shoal_fs *fs = FS(req);
 	struct shoal_ctx ctx;
 
@@ -305,6 +342,7 @@ static void op_rmdir(fuse_req_t req, fuse_ino_t parent, const char *name)
 static void op_rename(fuse_req_t req, fuse_ino_t parent, const char *name,
 		      fuse_ino_t newparent, const char *newname, unsigned int flags)
 {
+	caller_begin(req);
 	struct shoal_fs *fs = FS(req);
 	struct shoal_ctx ctx;
 
@@ -321,6 +359,7 @@ static void op_rename(fuse_req_t req, fuse_ino_t parent, const char *name,
 
 static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
+	caller_begin(req);
 	struct shoal_fs *fs = FS(req);
 	int ret;
 
@@ -338,6 +377,7 @@ static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 static void op_create(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode,
 		      struct fuse_file_info *fi)
 {
+	caller_begin(req);
 	struct shoal_fs *fs = FS(req);
 	struct fuse_entry_param e;
 	struct shoal_ctx ctx;
@@ -447,6 +487,7 @@ static int read_reply_fn(void *arg, int devfd, const struct shoal_piece *pv, uns
 static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 		    struct fuse_file_info *fi)
 {
+	caller_begin(req);
 	struct shoal_fs *fs = FS(req);
 	struct read_reply rr = {.rr_req = req};
 	char *buf;
@@ -491,6 +532,7 @@ static int write_copy_fn(void *arg, int devfd, uint64_t devoff, size_t len, size
 static void op_write_buf(fuse_req_t req, fuse_ino_t ino, struct fuse_bufvec *bufv, off_t off,
 			 struct fuse_file_info *fi)
 {
+	caller_begin(req);
 	struct shoal_fs *fs = FS(req);
 	struct shoal_ctx ctx;
 	size_t size = fuse_buf_size(bufv);
@@ -533,12 +575,14 @@ static void op_write_buf(fuse_req_t req, fuse_ino_t ino, struct fuse_bufvec *buf
 
 static void op_flush(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
+	caller_begin(req);
 	/* Nothing is buffered here; durability is fsync's business. */
 	fuse_reply_err(req, 0);
 }
 
 static void op_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
+	caller_begin(req);
 	struct shoal_fs *fs = FS(req);
 
 	fuse_reply_err(req, -shoal_release(fs, ino_in(fs, ino), fi->flags));
@@ -546,6 +590,7 @@ static void op_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi
 
 static void op_fsync(fuse_req_t req, fuse_ino_t ino, int datasync, struct fuse_file_info *fi)
 {
+	caller_begin(req);
 	struct shoal_fs *fs = FS(req);
 
 	fuse_reply_err(req, -shoal_fsync(fs, ino_in(fs, ino), datasync));
@@ -554,6 +599,7 @@ static void op_fsync(fuse_req_t req, fuse_ino_t ino, int datasync, struct fuse_f
 static void op_fallocate(fuse_req_t req, fuse_ino_t ino, int mode, off_t off, off_t len,
 			 struct fuse_file_info *fi)
 {
+	caller_begin(req);
 	struct shoal_fs *fs = FS(req);
 
 	fuse_reply_err(req, -shoal_fallocate(fs, ino_in(fs, ino), mode, (uint64_t)off,
@@ -563,6 +609,7 @@ static void op_fallocate(fuse_req_t req, fuse_ino_t ino, int mode, off_t off, of
 static void op_lseek(fuse_req_t req, fuse_ino_t ino, off_t off, int whence,
 		     struct fuse_file_info *fi)
 {
+	caller_begin(req);
 	struct shoal_fs *fs = FS(req);
 	int64_t ret;
 
@@ -581,6 +628,7 @@ static void op_lseek(fuse_req_t req, fuse_ino_t ino, off_t off, int whence,
 
 static void op_opendir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
+	caller_begin(req);
 	struct shoal_fs *fs = FS(req);
 	int ret;
 
@@ -596,6 +644,7 @@ static void op_opendir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi
 
 static void op_releasedir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
+	caller_begin(req);
 	struct shoal_fs *fs = FS(req);
 
 	fuse_reply_err(req, -shoal_release(fs, ino_in(fs, ino), fi->flags));
@@ -603,6 +652,7 @@ static void op_releasedir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info 
 
 static void op_fsyncdir(fuse_req_t req, fuse_ino_t ino, int datasync, struct fuse_file_info *fi)
 {
+	caller_begin(req);
 	struct shoal_fs *fs = FS(req);
 
 	fuse_reply_err(req, -shoal_fsync(fs, ino_in(fs, ino), datasync));
@@ -632,6 +682,7 @@ static int rd_plain_fill(void *arg, const char *name, const struct stat *st, uin
 static void op_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 		       struct fuse_file_info *fi)
 {
+	caller_begin(req);
 	struct shoal_fs *fs = FS(req);
 	struct rd_plain rp = { .rp_req = req, .rp_size = size };
 	int ret;
@@ -712,6 +763,7 @@ static int is_dot_or_dotdot(const char *name)
 static void op_readdirplus(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 			   struct fuse_file_info *fi)
 {
+	caller_begin(req);
 	struct shoal_fs *fs = FS(req);
 	struct rd_plus rx = { .rx_req = req, .rx_size = size };
 	uint64_t dir = ino_in(fs, ino);
@@ -780,6 +832,7 @@ out_free:
 
 static void op_statfs(fuse_req_t req, fuse_ino_t ino)
 {
+	caller_begin(req);
 	struct statvfs sv;
 	int ret;
 
@@ -793,6 +846,7 @@ static void op_statfs(fuse_req_t req, fuse_ino_t ino)
 static void op_setxattr(fuse_req_t req, fuse_ino_t ino, const char *name, const char *value,
 			size_t size, int flags)
 {
+	caller_begin(req);
 	struct shoal_fs *fs = FS(req);
 
 	fuse_reply_err(req, -shoal_setxattr(fs, ino_in(fs, ino), name, value, size, flags));
@@ -811,6 +865,7 @@ static void reply_xattr(fuse_req_t req, ssize_t n, const char *buf, size_t size)
 
 static void op_getxattr(fuse_req_t req, fuse_ino_t ino, const char *name, size_t size)
 {
+	caller_begin(req);
 	struct shoal_fs *fs = FS(req);
 	char *buf = NULL;
 
@@ -827,6 +882,7 @@ static void op_getxattr(fuse_req_t req, fuse_ino_t ino, const char *name, size_t
 
 static void op_listxattr(fuse_req_t req, fuse_ino_t ino, size_t size)
 {
+	caller_begin(req);
 	struct shoal_fs *fs = FS(req);
 	char *buf = NULL;
 
@@ -843,6 +899,7 @@ static void op_listxattr(fuse_req_t req, fuse_ino_t ino, size_t size)
 
 static void op_removexattr(fuse_req_t req, fuse_ino_t ino, const char *name)
 {
+	caller_begin(req);
 	struct shoal_fs *fs = FS(req);
 
 	fuse_reply_err(req, -shoal_removexattr(fs, ino_in(fs, ino), name));
@@ -873,48 +930,14 @@ static int req_in_group(fuse_req_t req, gid_t gid)
 }
 
 /*
- * access(2) as generic_permission() decides it.  With default_permissions
- * the kernel checks by itself and hardly ever asks.
+ * access(2) and chdir: libshoal decides, as for every other request.
  */
 static void op_access(fuse_req_t req, fuse_ino_t ino, int mask)
 {
+	caller_begin(req);
 	struct shoal_fs *fs = FS(req);
-	const struct fuse_ctx *fc = fuse_req_ctx(req);
-	uint64_t sino = ino_in(fs, ino);
-	uint32_t flags;
-	struct stat st;
-	int ret, bits;
 
-	ret = shoal_getattr(fs, sino, &st);
-	if (ret < 0 || mask == F_OK)
-		goto out;
-	if (mask & W_OK) {
-		if (shoal_is_readonly(fs) &&
-		    (S_ISREG(st.st_mode) || S_ISDIR(st.st_mode) || S_ISLNK(st.st_mode))) {
-			ret = -EROFS;
-			goto out;
-		}
-		if (shoal_getflags(fs, sino, &flags) == 0 && (flags & FS_IMMUTABLE_FL)) {
-			ret = -EPERM;
-			goto out;
-		}
-	}
-	if (fc->uid == 0) {
-		/* root may do anything but execute what nobody may execute */
-		if ((mask & X_OK) && !S_ISDIR(st.st_mode) && !(st.st_mode & 0111))
-			ret = -EACCES;
-		goto out;
-	}
-	if (fc->uid == st.st_uid)
-		bits = (st.st_mode >> 6) & 7;
-	else if (req_in_group(req, st.st_gid))
-		bits = (st.st_mode >> 3) & 7;
-	else
-		bits = st.st_mode & 7;
-	if ((mask & bits) != mask)
-		ret = -EACCES;
-out:
-	fuse_reply_err(req, -ret);
+	fuse_reply_err(req, -shoal_access(fs, ino_in(fs, ino), mask));
 }
 
 /* --- ioctl: the inode flags (chattr/lsattr) --------------------------- */
@@ -981,6 +1004,7 @@ static void op_ioctl(fuse_req_t req, fuse_ino_t ino, unsigned int cmd, void *arg
 		     struct fuse_file_info *fi, unsigned flags, const void *in_buf,
 		     size_t in_bufsz, size_t out_bufsz)
 {
+	caller_begin(req);
 	struct shoal_fs *fs = FS(req);
 	uint64_t sino = ino_in(fs, ino);
 	struct shoal_ctx ctx;

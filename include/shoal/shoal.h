@@ -43,7 +43,22 @@ struct shoal_ctx {
 	gid_t c_gid;
 	pid_t c_pid;
 	mode_t c_umask;
+	/* Is the caller in supplementary group gid?  NULL: primary group only. */
+	int (*c_in_group)(void *arg, gid_t gid);
+	void *c_arg;
+	int c_flags; /* SHOAL_CTX_* */
 };
+#define SHOAL_CTX_FH 0x1 /* setattr through an open file: no write check */
+
+/*
+ * Permission checks are libshoal's (perm.c): the FUSE glue names the caller
+ * of each request with shoal_caller_set(ctx) on the thread serving it, and
+ * shoal_caller_set(NULL) after.  With no caller set, calls have root's
+ * rights (tools, tests).
+ */
+void shoal_caller_set(const struct shoal_ctx *ctx);
+/* access(2): mask of R_OK, W_OK, X_OK (F_OK: exists) for the caller. */
+int shoal_access(struct shoal_fs *fs, uint64_t ino, int mask);
 
 /* What to change in shoal_setattr(). */
 #define SHOAL_SET_MODE 0x01
