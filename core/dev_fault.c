@@ -135,28 +135,62 @@ static size_t page_len(struct fault *f, uint64_t idx)
 	return size - off < FP_SIZE ? (size_t)(size - off) : FP_SIZE;
 }
 
-/* Write every page of m to the lower device: 0 or -errno. */
+static int cmp_page(const void *a, const void *b)
+{
+	uint64_t x = (*(struct fpage *const *)a)->fp_index, y = (*(struct fpage *const *)b)->fp_index;
+	return x < y ? -1 : x > y;
+}
+
+/*
+ * Write the pages of m to the lower device in address order, runs of
+ * adjacent pages as one write; with a seed, only a pseudo-random half.
+ */
 static int map_apply(struct fault *f, struct fmap *m, uint64_t seed)
 {
+	struct fpage **v = malloc((m->m_count + 1) * sizeof(*v));
+	uint8_t *run = malloc(64 * FP_SIZE);
+	size_t n = 0;
+	int err = 0;
+
+	if (!v || !run) {
+		err = -ENOMEM;
+		goto out;
+	}
 	for (uint64_t i = 0; m->m_mask && i <= m->m_mask; i++) {
 		for (struct fpage *p = m->m_hash[i]; p; p = p->fp_next) {
-			if (seed) { /* splitmix64: keep about half of the pages */
+			if (seed) { /* splitmix64 */
 				uint64_t z = (seed += 0x9e3779b97f4a7c15ull);
 				z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
 				z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
 				if (((z ^ (z >> 31)) & 1) == 0)
 					continue;
 			}
-			int err = dev_write(f->f_lower, p->fp_data, page_len(f, p->fp_index),
-					    p->fp_index * FP_SIZE);
-			if (err)
-				return err;
+			v[n++] = p;
 		}
 	}
-	return 0;
+	qsort(v, n, sizeof(*v), cmp_page);
+	for (size_t i = 0, k; i < n && !err; i = k) {
+		size_t len = 0;
+		for (k = i; k < n && k - i < 64 && v[k]->fp_index == v[i]->fp_index + (k - i); k++) {
+			size_t l = page_len(f, v[k]->fp_index);
+			memcpy(run + len, v[k]->fp_data, l);
+			len += l;
+		}
+		err = dev_write(f->f_lower, run, len, v[i]->fp_index * FP_SIZE);
+	}
+out:
+	free(v);
+	free(run);
+	return err;
 }
 
-/* Copy len bytes at off (within page idx) from the layers under f_live. */
+static struct fpage *page_find(struct fault *f, uint64_t idx)
+{
+	struct fpage *p = map_find(&f->f_live, idx);
+	return p ? p : map_find(&f->f_frozen, idx);
+}
+
+/* Copy len bytes at off (within one page) from the layers under f_live. */
 static int read_under(struct fault *f, uint8_t *buf, size_t len, uint64_t off)
 {
 	struct fpage *p = map_find(&f->f_frozen, off / FP_SIZE);
@@ -176,14 +210,16 @@ static int fault_pread(struct shoal_dev *dev, void *buf, size_t len, uint64_t of
 
 	pthread_mutex_lock(&f->f_lock);
 	while (len && !err) {
-		uint64_t idx = off / FP_SIZE;
 		size_t in = (size_t)(off % FP_SIZE), n = FP_SIZE - in < len ? FP_SIZE - in : len;
-		struct fpage *p = map_find(&f->f_live, idx);
+		struct fpage *p = page_find(f, off / FP_SIZE);
 
-		if (p)
+		if (p) {
 			memcpy(out, p->fp_data + in, n);
-		else
-			err = read_under(f, out, n, off);
+		} else { /* one lower read for the pages no overlay holds */
+			while (n < len && !page_find(f, (off + n) / FP_SIZE))
+				n += len - n < FP_SIZE ? len - n : FP_SIZE;
+			err = dev_read(f->f_lower, out, n, off);
+		}
 		out += n;
 		off += n;
 		len -= n;

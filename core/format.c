@@ -16,10 +16,13 @@
  * block of resource group 0 (its rg_data0).
  *
  * Invariants:
- *  (1) only metadata blocks are written: the superblocks, the journal heads,
- *      the resource group headers and the root dinode; journal logs and data
- *      blocks keep whatever they held (the random jh_tail_seq makes stale log
- *      blocks unreplayable, and FREE blocks are never read);
+ *  (1) only metadata blocks and the journals are written: the superblocks,
+ *      the journal heads, the resource group headers and the root dinode,
+ *      and zeros over every journal's log, so that on a sparse image file a
+ *      commit never lands in a hole (which would cost the host filesystem a
+ *      journal commit of its own on every flush).  Data blocks keep whatever
+ *      they held (FREE blocks are never read), and the random jh_tail_seq
+ *      makes a stale log unreplayable even where zeroing is cut short;
  *  (2) the primary superblock is the last block written and becomes durable
  *      last: the old one is overwritten with zeros and flushed before any
  *      other write, so a format cut short leaves a device with no valid
@@ -172,6 +175,26 @@ static int fmt_write_block(struct shoal_dev *dev, const struct fmt_layout *fl, c
 	return dev_write(dev, b, fl->fl_bsize, blkno << fl->fl_bshift);
 }
 
+/* Zero journal j's log area (blocks 1..JB-1), in 1 MiB writes. */
+static int fmt_zero_log(struct shoal_dev *dev, const struct fmt_layout *fl, uint64_t head)
+{
+	const size_t chunk = 1u << 20;
+	uint64_t off = (head + 1) << fl->fl_bshift;
+	uint64_t end = (head + fl->fl_jblocks) << fl->fl_bshift;
+	void *z = calloc(1, chunk);
+	int err = 0;
+
+	if (!z)
+		return -ENOMEM;
+	while (off < end && !err) {
+		size_t n = end - off < chunk ? (size_t)(end - off) : chunk;
+		err = dev_write(dev, z, n, off);
+		off += n;
+	}
+	free(z);
+	return err;
+}
+
 /* Journal heads: clean, replay would start at log block 1 with a random seq. */
 static int fmt_write_journals(struct shoal_dev *dev, const struct fmt_layout *fl, void *b,
 			      int64_t now)
@@ -196,7 +219,9 @@ static int fmt_write_journals(struct shoal_dev *dev, const struct fmt_layout *fl
 		jh->jh_tail_seq = seq;
 		jh->jh_time = now;
 		meta_seal(b, fl->fl_bsize, SHOAL_MT_JHEAD, blkno, 0);
-		err = fmt_write_block(dev, fl, b, blkno);
+		err = fmt_zero_log(dev, fl, blkno);
+		if (!err)
+			err = fmt_write_block(dev, fl, b, blkno);
 		if (err)
 			return err;
 	}

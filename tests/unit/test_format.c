@@ -49,7 +49,9 @@ static void expect_layout(struct expect *ex, uint64_t dev_size, const struct sho
 	ex->ex_bsize = fo->fo_bsize ? fo->fo_bsize : 4096;
 	ex->ex_blocks = dev_size / ex->ex_bsize;
 	ex->ex_journals = fo->fo_journals ? fo->fo_journals : 2;
-	ex->ex_jblocks = (fo->fo_jbytes ? fo->fo_jbytes : 32 * MiB) / ex->ex_bsize;
+	ex->ex_jblocks = (fo->fo_jbytes ? fo->fo_jbytes
+					: shoal_default_jbytes(dev_size, ex->ex_journals, ex->ex_bsize)) /
+			 ex->ex_bsize;
 	ex->ex_rgfirst = 1 + ex->ex_journals * ex->ex_jblocks;
 	ex->ex_rgblocks = (ex->ex_bsize - 96) * 4 + 1;
 	ex->ex_locktable = fo->fo_locktable ? fo->fo_locktable : "shoal:shoal";
@@ -478,43 +480,56 @@ static void test_too_small(void **state)
 	assert_int_equal(try_format(4096, &fo), -ENOSPC);
 	assert_int_equal(try_format(1000, &fo), -ENOSPC);
 	format_and_verify(min, &fo);
-	/* the defaults need two 32 MiB journals */
-	assert_int_equal(try_format(64 * MiB, NULL), -ENOSPC);
-	assert_int_equal(try_format(65 * MiB, NULL), 0);
+	/* the defaults: two journals of at least 8 MiB (shoal_default_jbytes) */
+	assert_int_equal(try_format(16 * MiB, NULL), -ENOSPC);
+	assert_int_equal(try_format(17 * MiB, NULL), 0);
+	assert_int_equal(shoal_default_jbytes(1 * GiB, 2, 4096), 64 * MiB);
+	assert_int_equal(shoal_default_jbytes(64 * GiB, 2, 4096), 128 * MiB);
+	assert_int_equal(shoal_default_jbytes(16 * MiB, 2, 4096), 8 * MiB);
 }
 
-/* Only metadata blocks are written: log and data blocks keep old contents. */
+/*
+ * Only metadata blocks and the journals are written: the logs are zeroed (no
+ * hole left under a log on an image file), data blocks keep old contents.
+ */
 static void test_writes_only_metadata(void **state)
 {
 	static const char marker[] = "stale block";
 	const uint64_t size = 2 * GiB;
-	const uint64_t probes[] = {
-		2,                     /* journal 0, log block 1 */
-		1 + 8192 + 100,        /* journal 1, log area */
-		16385 + 2,             /* group 0, first free data block */
-		16385 + 16001 + 5000,  /* a data block of group 1 */
-		size / 4096 - 2,       /* the last data block */
+	const uint64_t jb = 128 * MiB / 4096; /* default journal blocks here */
+	const uint64_t rgfirst = 1 + 2 * jb;
+	const struct {
+		uint64_t blk;
+		int kept;
+	} probes[] = {
+		{2, 0},                         /* journal 0, log block 1 */
+		{1 + jb + 100, 0},              /* journal 1, log area */
+		{rgfirst + 2, 1},               /* group 0, first free data block */
+		{rgfirst + 16001 + 5000, 1},    /* a data block of group 1 */
+		{size / 4096 - 2, 1},           /* the last data block */
 	};
 	struct shoal_format_info fi;
 	struct shoal_dev_stats ds;
 	struct shoal_dev *dev;
 	char *path = tu_tmpimage(size);
-	char buf[sizeof(marker)];
+	char buf[sizeof(marker)], zero[sizeof(marker)] = {0};
 
 	assert_int_equal(dev_open(path, 0, &dev), 0);
 	for (size_t i = 0; i < sizeof(probes) / sizeof(probes[0]); i++)
-		assert_int_equal(dev_write(dev, marker, sizeof(marker), probes[i] * 4096), 0);
+		assert_int_equal(dev_write(dev, marker, sizeof(marker), probes[i].blk * 4096), 0);
 	dev_close(dev);
 
 	assert_int_equal(dev_open(path, 0, &dev), 0);
 	assert_int_equal(shoal_format(dev, NULL, &fi), 0);
+	assert_int_equal(fi.fi_jblocks, jb);
 	dev_stats_get(dev, &ds);
-	/* block 0 twice, journal heads, group headers, root dinode, backup */
-	assert_true(ds.ds_write_bytes <= (uint64_t)(2 + 2 + fi.fi_rgcount + 1 + 1) * 4096);
+	/* block 0 twice, journal heads and logs, group headers, root, backup */
+	assert_true(ds.ds_write_bytes <=
+		    (uint64_t)(2 + 2 * jb + fi.fi_rgcount + 1 + 1) * 4096);
 	assert_true(ds.ds_flushes >= 1);
 	for (size_t i = 0; i < sizeof(probes) / sizeof(probes[0]); i++) {
-		assert_int_equal(dev_read(dev, buf, sizeof(buf), probes[i] * 4096), 0);
-		assert_memory_equal(buf, marker, sizeof(marker));
+		assert_int_equal(dev_read(dev, buf, sizeof(buf), probes[i].blk * 4096), 0);
+		assert_memory_equal(buf, probes[i].kept ? marker : zero, sizeof(marker));
 	}
 	dev_close(dev);
 	tu_rmimage(path);
@@ -607,7 +622,7 @@ static void test_testutil(void **state)
 	assert_int_equal(dev_read(dev, b, sizeof(b), 0), 0);
 	assert_int_equal(meta_check(b, sizeof(b), SHOAL_MT_SB, 0), 0);
 	assert_int_equal(sb->sb_jcount, 3);
-	assert_int_equal(sb->sb_jblocks, 32 * MiB / 4096);
+	assert_int_equal(sb->sb_jblocks, shoal_default_jbytes(200 * MiB, 3, 4096) / 4096);
 	dev_close(dev);
 	tu_rmimage(path);
 }
