@@ -176,16 +176,6 @@ static int grow_height(struct shoal_fs *fs, struct shoal_inode *ip)
 	return 0;
 }
 
-int bmap_reserve_height(struct shoal_fs *fs, struct shoal_inode *ip, uint64_t nblocks)
-{
-	int err = 0;
-	if (ip_di(ip)->di_height == 0 && nblocks)
-		err = bmap_unstuff(fs, ip);
-	while (!err && nblocks > bmap_max_blocks(fs, ip_di(ip)->di_height))
-		err = grow_height(fs, ip);
-	return err;
-}
-
 int bmap_unstuff(struct shoal_fs *fs, struct shoal_inode *ip)
 {
 	struct shoal_dinode *di = ip_di(ip);

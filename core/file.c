@@ -279,8 +279,8 @@ int file_truncate(struct shoal_fs *fs, struct shoal_inode *ip, uint64_t size)
 				}
 			}
 		}
-	} else if (size > di->di_size && (di->di_height || size > pay)) {
-		err = bmap_reserve_height(fs, ip, (size + bs - 1) >> fs->fs_bshift);
+	} else if (size > di->di_size && di->di_height == 0 && size > pay) {
+		err = bmap_unstuff(fs, ip);
 		if (err)
 			return err;
 	}

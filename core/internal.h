@@ -205,12 +205,8 @@ int bmap_alloc(struct shoal_fs *fs, struct shoal_inode *ip, uint64_t lblk, uint3
 /* Free every block at logical >= lblk (and holes in [punch_start, punch_end) */
 int bmap_truncate(struct shoal_fs *fs, struct shoal_inode *ip, uint64_t lblk);
 int bmap_punch(struct shoal_fs *fs, struct shoal_inode *ip, uint64_t lstart, uint64_t lend);
-/* Make the height cover nblocks (FORMAT.md: the height covers di_size);
- * allocates at most one indirect block per level, writes no data. */
-int bmap_reserve_height(struct shoal_fs *fs, struct shoal_inode *ip, uint64_t nblocks);
 /* Move inline data into a first data block. */
 int bmap_unstuff(struct shoal_fs *fs, struct shoal_inode *ip);
-
 /* Next logical block >= lblk that is mapped (data) or a hole; -ENXIO none */
 int bmap_seek(struct shoal_fs *fs, struct shoal_inode *ip, uint64_t lblk, int data,
 	      uint64_t *out);

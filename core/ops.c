@@ -1205,10 +1205,6 @@ int shoal_fallocate(struct shoal_fs *fs, uint64_t ino, int mode, uint64_t off, u
 	}
 	if (!(mode & FALLOC_FL_KEEP_SIZE) && end > di->di_size) {
 		inode_dirty(fs, ip, 1);
-		if (di->di_height || end > SHOAL_DI_PAYLOAD(bs))
-			err = bmap_reserve_height(fs, ip, (end + bs - 1) >> fs->fs_bshift);
-		if (err)
-			goto out_put;
 		di->di_size = end;
 	}
 done:
