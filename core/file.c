@@ -48,9 +48,19 @@ int file_map(struct shoal_fs *fs, struct shoal_inode *ip, size_t size, uint64_t 
 	if (!pv)
 		return -ENOMEM;
 	if (di->di_height == 0) {
-		pv[n++] = (struct shoal_piece){.sv_mem = ip->i_bh->b_data + SHOAL_DI_PAYLOAD_OFF + off,
-					       .sv_len = size};
-		done = size;
+		/* inline data, then zeros past the payload (a grown file) */
+		uint32_t pay = SHOAL_DI_PAYLOAD(fs->fs_bsize);
+		if (off < pay) {
+			size_t in = size < pay - off ? size : (size_t)(pay - off);
+			pv[n++] = (struct shoal_piece){
+				.sv_mem = ip->i_bh->b_data + SHOAL_DI_PAYLOAD_OFF + off, .sv_len = in};
+			done = in;
+		}
+		while (done < size && n < cap) {
+			size_t z = size - done < sizeof(zero_buf) ? size - done : sizeof(zero_buf);
+			pv[n++] = (struct shoal_piece){.sv_mem = zero_buf, .sv_len = z};
+			done += z;
+		}
 	}
 	while (done < size) {
 		uint64_t pos = off + done, lblk = pos >> fs->fs_bshift, pblk;
@@ -252,8 +262,8 @@ int file_truncate(struct shoal_fs *fs, struct shoal_inode *ip, uint64_t size)
 	inode_dirty(fs, ip, 1);
 	if (size < di->di_size) {
 		if (di->di_height == 0) {
-			memset(ip->i_bh->b_data + SHOAL_DI_PAYLOAD_OFF + size, 0,
-			       (size_t)(di->di_size - size));
+			if (size < pay)
+				memset(ip->i_bh->b_data + SHOAL_DI_PAYLOAD_OFF + size, 0, pay - size);
 		} else {
 			uint64_t keep = (size + bs - 1) >> fs->fs_bshift;
 			err = bmap_truncate(fs, ip, keep);
@@ -279,11 +289,8 @@ int file_truncate(struct shoal_fs *fs, struct shoal_inode *ip, uint64_t size)
 				}
 			}
 		}
-	} else if (size > di->di_size && di->di_height == 0 && size > pay) {
-		err = bmap_unstuff(fs, ip);
-		if (err)
-			return err;
 	}
+	/* growing only sets the size: the new range is a hole (R3) */
 	di->di_size = size;
 	return 0;
 }

@@ -71,12 +71,9 @@ int inode_check(struct shoal_fs *fs, struct shoal_buf *b)
 		struct shoal_inline_dir *id = (void *)(b->b_data + SHOAL_DI_PAYLOAD_OFF);
 		if (di->di_height != 0 || id->id_used > pay - sizeof(*id))
 			return fs_corrupt(fs, b->b_blkno, "inline directory overflows its inode");
-	} else if (di->di_height == 0 && di->di_size > pay && t != S_IFDIR) {
-		return fs_corrupt(fs, b->b_blkno, "inline data larger than the inode");
 	}
-	if (di->di_height && di->di_size > bmap_max_blocks(fs, di->di_height) << fs->fs_bshift &&
-	    t != S_IFDIR)
-		return fs_corrupt(fs, b->b_blkno, "file size beyond its block map");
+	/* di_size may exceed what the payload or map covers: the rest is a
+	 * hole (an extending truncate only sets the size, R3) */
 	if (di->di_blocks > fs->fs_sb.sb_blocks)
 		return fs_corrupt(fs, b->b_blkno, "inode block count out of range");
 	return 0;

@@ -86,6 +86,20 @@ static int hold(struct shoal_fs *fs, uint64_t ino, int state)
 	return err;
 }
 
+/*
+ * Blocks freed since the last checkpoint may not be reused yet (journal.c
+ * (5)); when what is free apart from them is short of what an operation
+ * may allocate, checkpoint first so it does not fail with ENOSPC while df
+ * shows room.  Call only where the filesystem is consistent.
+ */
+static int space_for(struct shoal_fs *fs, uint64_t nblocks)
+{
+	uint64_t pend = rg_pending_total(fs);
+	if (pend && rg_free_total(fs) - pend < nblocks + 64)
+		return jnl_checkpoint(fs);
+	return 0;
+}
+
 /* Blocks an operation may dirty besides allocations. */
 #define RES_META 24
 
@@ -284,7 +298,12 @@ static int setattr_allowed(struct shoal_inode *ip, const struct shoal_ctx *ctx,
 
 	if (perm_is_root())
 		return 0;
-	if ((valid & SHOAL_SET_MODE) && (err = perm_owner(ip)))
+	/* the kernel's own "kill suid/sgid" before a write by a non-owner: a
+	 * mode change that only drops set-ID bits is not a chmod */
+	mode_t oldm = di->di_mode & 07777, newm = attr->st_mode & 07777;
+	int killpriv = (valid & SHOAL_SET_MODE) && (newm & ~oldm) == 0 &&
+		       ((oldm ^ newm) & ~(mode_t)(S_ISUID | S_ISGID)) == 0;
+	if ((valid & SHOAL_SET_MODE) && !killpriv && (err = perm_owner(ip)))
 		return err;
 	if ((valid & SHOAL_SET_UID) && attr->st_uid != di->di_uid)
 		return -EPERM;
@@ -352,7 +371,9 @@ static int make_node(struct shoal_fs *fs, const struct shoal_ctx *ctx, uint64_t 
 		err = -EMLINK;
 		goto out_dp;
 	}
-	err = dir_make_room(fs, dp, name);
+	err = space_for(fs, 8 + (target ? strlen(target) >> fs->fs_bshift : 0));
+	if (!err)
+		err = dir_make_room(fs, dp, name);
 	if (err)
 		goto out_dp;
 	err = trans_begin(fs, RES_META + (target ? 4 : 0));
@@ -521,7 +542,9 @@ int shoal_link(struct shoal_fs *fs, uint64_t ino, uint64_t newparent, const char
 		err = err ? err : -EEXIST;
 		goto out_dp;
 	}
-	err = dir_make_room(fs, dp, newname);
+	err = space_for(fs, 8);
+	if (!err)
+		err = dir_make_room(fs, dp, newname);
 	if (!err)
 		err = trans_begin(fs, RES_META);
 	if (!err)
@@ -752,7 +775,9 @@ int shoal_rename(struct shoal_fs *fs, const struct shoal_ctx *ctx, uint64_t pare
 		goto out;
 	}
 	if (!tip) {
-		err = dir_make_room(fs, ddp, newname);
+		err = space_for(fs, 8);
+		if (!err)
+			err = dir_make_room(fs, ddp, newname);
 		if (err)
 			goto out;
 	}
@@ -997,8 +1022,7 @@ static ssize_t write_begin(struct shoal_fs *fs, const struct shoal_ctx *ctx, uin
 		uint32_t res = (uint32_t)(nblk / SHOAL_IND_PTRS(fs->fs_bsize) +
 					  nblk / SHOAL_RG_MAX_LENGTH(fs->fs_bsize)) +
 			       SHOAL_MAX_HEIGHT * 2 + RES_META;
-		if (rg_free_total(fs) - rg_pending_total(fs) < nblk && rg_pending_total(fs))
-			n = jnl_checkpoint(fs); /* make freed blocks reusable */
+		n = space_for(fs, nblk); /* make freed blocks reusable */
 		if (!n)
 			n = trans_begin(fs, res);
 	}
@@ -1142,7 +1166,9 @@ int shoal_fallocate(struct shoal_fs *fs, uint64_t ino, int mode, uint64_t off, u
 		err = -EPERM;
 		goto out_put;
 	}
-	err = trans_begin(fs, fs->fs_rgcount + RES_META * 2);
+	err = space_for(fs, mode & FALLOC_FL_PUNCH_HOLE ? 0 : (len >> fs->fs_bshift) + 2);
+	if (!err)
+		err = trans_begin(fs, fs->fs_rgcount + RES_META * 2);
 	if (err)
 		goto out_put;
 	if (mode & FALLOC_FL_PUNCH_HOLE) {
@@ -1150,8 +1176,11 @@ int shoal_fallocate(struct shoal_fs *fs, uint64_t ino, int mode, uint64_t off, u
 		if (off >= end)
 			goto done;
 		if (di->di_height == 0) {
+			uint64_t pay = SHOAL_DI_PAYLOAD(bs);
 			inode_dirty(fs, ip, 1);
-			memset(ip->i_bh->b_data + SHOAL_DI_PAYLOAD_OFF + off, 0, (size_t)(end - off));
+			if (off < pay)
+				memset(ip->i_bh->b_data + SHOAL_DI_PAYLOAD_OFF + off, 0,
+				       (size_t)((end < pay ? end : pay) - off));
 			goto done;
 		}
 		uint64_t first = (off + bs - 1) >> fs->fs_bshift, last = end >> fs->fs_bshift;
@@ -1235,7 +1264,13 @@ int64_t shoal_lseek(struct shoal_fs *fs, uint64_t ino, uint64_t off, int whence)
 	if (off >= di->di_size) {
 		res = -ENXIO;
 	} else if (di->di_height == 0) {
-		res = whence == SEEK_DATA ? (int64_t)off : (int64_t)di->di_size;
+		/* inline data covers [0, payload); past it is a hole */
+		uint64_t pay = SHOAL_DI_PAYLOAD(fs->fs_bsize);
+		uint64_t dend = di->di_size < pay ? di->di_size : pay;
+		if (whence == SEEK_DATA)
+			res = off < dend ? (int64_t)off : -ENXIO;
+		else
+			res = off < dend ? (int64_t)dend : (int64_t)off;
 	} else {
 		uint64_t l;
 		err = bmap_seek(fs, ip, off >> fs->fs_bshift, whence == SEEK_DATA, &l);
@@ -1385,6 +1420,8 @@ int shoal_setxattr(struct shoal_fs *fs, uint64_t ino, const char *name, const vo
 		err = xattr_allowed(ip, name, 1);
 		if (!err && nochange_flags(ip))
 			err = -EPERM;
+		if (!err)
+			err = space_for(fs, 2);
 		if (!err)
 			err = trans_begin(fs, RES_META);
 		if (!err && !strcmp(name, "system.posix_acl_access")) {

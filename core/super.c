@@ -148,6 +148,14 @@ static void *commit_thread(void *arg)
 	return NULL;
 }
 
+/* Why the last shoal_mount on this thread failed. */
+static __thread char mount_err[160];
+
+const char *shoal_mount_error(void)
+{
+	return mount_err;
+}
+
 int shoal_mount(struct shoal_dev *dev, const struct shoal_mount_opts *opts,
 		struct shoal_fs **out)
 {
@@ -276,7 +284,7 @@ out_bc:
 	bc_destroy(fs);
 out_free:
 	gl_destroy(fs);
-	fprintf(stderr, "shoal: mount failed: %s\n", fs->fs_err[0] ? fs->fs_err : strerror(-err));
+	snprintf(mount_err, sizeof(mount_err), "%s", fs->fs_err[0] ? fs->fs_err : strerror(-err));
 	free(fs->fs_ihash);
 	free(fs);
 	return err;

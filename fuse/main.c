@@ -531,19 +531,20 @@ int main(int argc, char **argv)
 	ret = dev_open(sm.sm_device, sm.sm_opts.mo_readonly, &dev);
 	if (ret < 0) {
 		fprintf(stderr, PROG ": %s: %s\n", sm.sm_device, strerror(-ret));
-		return 1;
+		goto out_args;
 	}
 	/*
 	 * Without a lock server nothing else may write the device: a second
 	 * read-write mount of it would corrupt it.  Read-only mounts share.
 	 */
 	if (!strcmp(sm.sm_opts.mo_lock, "nolock") && lock_device(&sm, dev) < 0)
-		return 1;
+		goto out_dev;
 	ret = shoal_mount(dev, &sm.sm_opts, &sm.sm_fs);
 	if (ret < 0) {
-		/* dev is not closed: who owns it after a failure is unspecified */
-		fprintf(stderr, PROG ": %s: %s\n", sm.sm_device, strerror(-ret));
-		return 1;
+		/* one line, with libshoal's reason; the device is still ours */
+		const char *why = shoal_mount_error();
+		fprintf(stderr, PROG ": %s: %s\n", sm.sm_device, why[0] ? why : strerror(-ret));
+		goto out_dev;
 	}
 	if (shoal_is_readonly(sm.sm_fs) && !sm.sm_opts.mo_readonly) {
 		const char *why = shoal_error(sm.sm_fs);
@@ -612,4 +613,14 @@ out_unmount:
 	free(sm.sm_device);
 	free(sm.sm_mountpoint);
 	return status;
+
+out_dev:
+	dev_close(dev);
+out_args:
+	notify_parent(1); /* the parent, if any, reports a failed start-up */
+	fuse_opt_free_args(&args);
+	free(sm.sm_options);
+	free(sm.sm_device);
+	free(sm.sm_mountpoint);
+	return 1;
 }

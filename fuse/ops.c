@@ -794,11 +794,12 @@ static void op_readdirplus(fuse_req_t req, fuse_ino_t ino, size_t size, off_t of
 			e.attr = re->re_st; /* st_ino and type: all the kernel uses */
 		} else {
 			ret = shoal_lookup(fs, dir, re->re_name, &st);
-			if (ret == -ENOENT) {
-				/* Gone since it was listed: a plain entry. */
+			if (ret < 0) {
+				/* Gone since it was listed, or unreadable (EIO): a
+				 * plain entry, so one bad inode hides no other name;
+				 * a lookup of it reports the error. */
 				e.attr = re->re_st;
-			} else if (ret < 0) {
-				break;
+				ret = 0;
 			} else {
 				ret = fill_entry(fs, &st, &e);
 				if (ret < 0) {

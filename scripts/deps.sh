@@ -4,7 +4,7 @@
 shoal_packages=(
 	gcc make cmake pkg-config
 	libfuse3-dev fuse3 libblkid-dev libcmocka-dev
-	e2fsprogs util-linux attr procps python3 psmisc
+	e2fsprogs util-linux mount attr procps python3 psmisc
 )
 
 shoal_install_deps() {

@@ -93,9 +93,10 @@ struct shoal_counters {
 
 /* mount/unmount: the device is owned by the fs once shoal_mount succeeds
  * (shoal_unmount closes it); after a failure the caller still owns it, and
- * shoal_mount has printed the reason on stderr. */
+ * shoal_mount_error() says why in one line. */
 int shoal_mount(struct shoal_dev *dev, const struct shoal_mount_opts *opts,
 		struct shoal_fs **out);
+const char *shoal_mount_error(void);
 /* Commit, checkpoint, free what is unlinked, mark the journal clean. */
 int shoal_unmount(struct shoal_fs *fs);
 /* Make everything durable now (syncfs). */
