@@ -115,6 +115,7 @@ int inode_get(struct shoal_fs *fs, uint64_t ino, struct shoal_inode **out)
 		buf_put(fs, b);
 		return -ENOMEM;
 	}
+	pthread_rwlock_init(&ip->i_iolock, NULL);
 	ip->i_ino = ino;
 	ip->i_bh = b;
 	ip->i_ref = 1;
@@ -128,6 +129,7 @@ static void inode_evict(struct shoal_fs *fs, struct shoal_inode *ip)
 	if (!ip->i_freed)
 		ih_del(fs, ip);
 	buf_put(fs, ip->i_bh);
+	pthread_rwlock_destroy(&ip->i_iolock);
 	free(ip);
 }
 
@@ -193,6 +195,7 @@ int inode_alloc(struct shoal_fs *fs, struct shoal_inode *dir, mode_t mode, uid_t
 		err = -ENOMEM;
 		goto out_free;
 	}
+	pthread_rwlock_init(&ip->i_iolock, NULL);
 	meta_seal(b->b_data, fs->fs_bsize, SHOAL_MT_DINODE, blk, 0);
 	trans_add(fs, b);
 	di = (void *)b->b_data;

@@ -70,6 +70,10 @@ struct shoal_inode {
 	uint64_t i_dsync_seq;   /* same, for changes fdatasync must commit */
 	uint64_t i_data_gen;    /* dev write generation of its last data write */
 	int i_freed;            /* destroyed: out of the hash, blocks freed */
+	/* Held shared while data moves outside fs_lock (reads), exclusive
+	 * while blocks are freed from under the mapping (truncate, punch).
+	 * Lock order: i_iolock before fs_lock. */
+	pthread_rwlock_t i_iolock;
 	struct shoal_inode *i_hnext;
 };
 

@@ -86,6 +86,25 @@ static int hold(struct shoal_fs *fs, uint64_t ino, int state)
 	return err;
 }
 
+/* Reference an inode for an operation that will drop fs_lock midway. */
+static int io_get(struct shoal_fs *fs, uint64_t ino, int state, struct shoal_inode **ipp)
+{
+	int err;
+	LOCK(fs);
+	err = hold(fs, ino, state);
+	if (!err)
+		err = inode_get(fs, ino, ipp);
+	UNLOCK(fs);
+	return err;
+}
+
+static void io_put(struct shoal_fs *fs, struct shoal_inode *ip)
+{
+	LOCK(fs);
+	inode_put(fs, ip);
+	UNLOCK(fs);
+}
+
 /*
  * Blocks freed since the last checkpoint may not be reused yet (journal.c
  * (5)); when what is free apart from them is short of what an operation
@@ -196,8 +215,30 @@ static void set_ts(struct shoal_ts *t, const struct timespec *ts)
 	t->ts_nsec = (uint32_t)ts->tv_nsec;
 }
 
+static int setattr_locked(struct shoal_fs *fs, const struct shoal_ctx *ctx, uint64_t ino,
+			  const struct stat *attr, int valid, struct stat *st);
+
 int shoal_setattr(struct shoal_fs *fs, const struct shoal_ctx *ctx, uint64_t ino,
 		  const struct stat *attr, int valid, struct stat *st)
+{
+	struct shoal_inode *ip;
+	int err;
+
+	if (!(valid & SHOAL_SET_SIZE))
+		return setattr_locked(fs, ctx, ino, attr, valid, st);
+	/* truncate frees blocks: no read may be moving data from them */
+	err = io_get(fs, ino, GL_EX, &ip);
+	if (err)
+		return err;
+	pthread_rwlock_wrlock(&ip->i_iolock);
+	err = setattr_locked(fs, ctx, ino, attr, valid, st);
+	pthread_rwlock_unlock(&ip->i_iolock);
+	io_put(fs, ip);
+	return err;
+}
+
+static int setattr_locked(struct shoal_fs *fs, const struct shoal_ctx *ctx, uint64_t ino,
+			  const struct stat *attr, int valid, struct stat *st)
 {
 	struct shoal_inode *ip;
 	struct shoal_dinode *di;
@@ -959,6 +1000,12 @@ ssize_t shoal_read(struct shoal_fs *fs, uint64_t ino, void *buf, size_t size, ui
 	return n;
 }
 
+/*
+ * The data moves outside fs_lock, so reads of different files (and of one
+ * file) overlap on the device; i_iolock, held shared, keeps truncate and
+ * hole punching from freeing the mapped blocks meanwhile.  Inline data is
+ * copied while locked: writes change it in place.
+ */
 ssize_t shoal_read_direct(struct shoal_fs *fs, uint64_t ino, size_t size, uint64_t off, int flags,
 			  shoal_read_fn fn, void *arg)
 {
@@ -966,35 +1013,43 @@ ssize_t shoal_read_direct(struct shoal_fs *fs, uint64_t ino, size_t size, uint64
 	struct shoal_piece *pv = NULL;
 	unsigned np = 0;
 	size_t total = 0;
+	uint8_t inl[SHOAL_MAX_BSIZE];
 	ssize_t n;
 	int fd = dev_fd(fs->fs_dev);
 
 	if (fd < 0)
 		return -EOPNOTSUPP;
-	LOCK(fs);
-	n = hold(fs, ino, GL_SH);
-	if (!n)
-		n = inode_get(fs, ino, &ip);
+	n = io_get(fs, ino, GL_SH, &ip);
 	if (n)
-		goto out;
+		return n;
+	pthread_rwlock_rdlock(&ip->i_iolock);
+	LOCK(fs);
 	if (S_ISDIR(ip_di(ip)->di_mode))
 		n = -EISDIR;
 	else
 		n = file_map(fs, ip, size, off, &pv, &np, &total);
 	if (!n) {
-		for (unsigned i = 0; i < np; i++)
-			if (!pv[i].sv_mem)
+		const uint8_t *payload = ip->i_bh->b_data + SHOAL_DI_PAYLOAD_OFF;
+		for (unsigned i = 0; i < np; i++) {
+			const uint8_t *m = pv[i].sv_mem;
+			if (!m)
 				dev_account(fs->fs_dev, 0, pv[i].sv_len);
-		n = fn(arg, fd, pv, np); /* under the lock: blocks cannot move */
-		if (!n) {
-			n = (ssize_t)total;
-			update_atime(fs, ip, flags);
+			else if (m >= payload && m < payload + SHOAL_DI_PAYLOAD(fs->fs_bsize)) {
+				memcpy(inl, m, pv[i].sv_len);
+				pv[i].sv_mem = inl;
+			}
 		}
+		update_atime(fs, ip, flags);
 	}
-	free(pv);
-	inode_put(fs, ip);
-out:
 	UNLOCK(fs);
+	if (!n) {
+		n = fn(arg, fd, pv, np);
+		if (!n)
+			n = (ssize_t)total;
+	}
+	pthread_rwlock_unlock(&ip->i_iolock);
+	free(pv);
+	io_put(fs, ip);
 	return n;
 }
 
@@ -1138,7 +1193,28 @@ static int zero_range(struct shoal_fs *fs, struct shoal_inode *ip, uint64_t off,
 	return 0;
 }
 
+static int fallocate_locked(struct shoal_fs *fs, uint64_t ino, int mode, uint64_t off,
+			    uint64_t len);
+
 int shoal_fallocate(struct shoal_fs *fs, uint64_t ino, int mode, uint64_t off, uint64_t len)
+{
+	struct shoal_inode *ip;
+	int err;
+
+	if (!(mode & FALLOC_FL_PUNCH_HOLE))
+		return fallocate_locked(fs, ino, mode, off, len);
+	err = io_get(fs, ino, GL_EX, &ip); /* punching frees blocks: see read */
+	if (err)
+		return err;
+	pthread_rwlock_wrlock(&ip->i_iolock);
+	err = fallocate_locked(fs, ino, mode, off, len);
+	pthread_rwlock_unlock(&ip->i_iolock);
+	io_put(fs, ip);
+	return err;
+}
+
+static int fallocate_locked(struct shoal_fs *fs, uint64_t ino, int mode, uint64_t off,
+			    uint64_t len)
 {
 	struct shoal_inode *ip;
 	struct shoal_dinode *di;

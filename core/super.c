@@ -302,6 +302,7 @@ static void free_inodes(struct shoal_fs *fs)
 		while (ip) {
 			struct shoal_inode *n = ip->i_hnext;
 			buf_put(fs, ip->i_bh);
+			pthread_rwlock_destroy(&ip->i_iolock);
 			free(ip);
 			ip = n;
 		}
