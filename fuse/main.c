@@ -42,6 +42,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <getopt.h>
+#include <sched.h>
 #include <limits.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -59,6 +60,7 @@
 struct mount_args {
 	char *ma_kernel;        /* for fuse_session_new's -o: mount and FUSE options */
 	unsigned ma_max_threads; /* 0: libfuse's default */
+	int ma_cpu;              /* CPU the daemon runs on; -1 any, -2 default */
 	int ma_foreground;
 	int ma_debug;
 };
@@ -94,6 +96,8 @@ static void usage(FILE *out)
 		"  journal=N              journal slot (default: the lock module's choice)\n"
 		"  ro, rw                 read-only or read-write (default rw)\n"
 		"  max_threads=N          FUSE worker threads (default: libfuse's, 10)\n"
+		"  cpu=N|all              run the daemon on CPU N only, or on all\n"
+		"                         CPUs (default); see pin_cpu()\n"
 		"mount and FUSE options passed on:\n"
 		"  allow_other, allow_root, auto_unmount, nosuid, suid, nodev, dev,\n"
 		"  noexec, exec, sync, async, dirsync, context=, fscontext=,\n"
@@ -203,6 +207,13 @@ static void parse_one(struct smount *sm, struct mount_args *ma, const char *opt)
 		o->mo_readonly = 1;
 	} else if (!strcmp(opt, "rw")) {
 		o->mo_readonly = 0;
+	} else if (!strncmp(opt, "cpu=", 4)) {
+		if (!strcmp(val, "all"))
+			ma->ma_cpu = -1;
+		else if (parse_size(val, 0, &n) < 0 || n >= CPU_SETSIZE)
+			die_usage("%s: want a CPU number or all", opt);
+		else
+			ma->ma_cpu = (int)n;
 	} else if (!strncmp(opt, "max_threads=", 12)) {
 		if (parse_size(val, 0, &n) < 0 || n == 0 || n > 1024)
 			die_usage("%s: want 1 to 1024", opt);
@@ -265,6 +276,10 @@ static char *shown_options(const struct smount *sm, const struct mount_args *ma)
 		fprintf(f, ",journal=%d", o->mo_journal);
 	if (ma->ma_max_threads)
 		fprintf(f, ",max_threads=%u", ma->ma_max_threads);
+	if (ma->ma_cpu >= 0)
+		fprintf(f, ",cpu=%d", ma->ma_cpu);
+	else if (ma->ma_cpu == -1)
+		fprintf(f, ",cpu=all");
 	if (ma->ma_kernel)
 		fprintf(f, ",%s", ma->ma_kernel);
 	fclose(f);
@@ -444,6 +459,27 @@ static char *abs_path(const char *arg, int want_dir)
 }
 
 /*
+ * Optionally keep the daemon on one CPU (cpu=N).  Measured on the 2-vCPU
+ * machines, 20,000 create+stat+unlink: 2.9 s pinned against 5.7-6.4 s free
+ * in one series of three rounds each, but 6.7-10.7 s pinned against
+ * 4.8-5.9 s free in another, with other work on the machine: pinning wins
+ * only when that CPU is otherwise idle, so it is not the default.
+ */
+static void pin_cpu(const struct mount_args *ma)
+{
+	long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+	int cpu = ma->ma_cpu;
+	cpu_set_t set;
+
+	if (cpu < 0 || ncpu <= 1)
+		return;
+	CPU_ZERO(&set);
+	CPU_SET(cpu, &set);
+	if (sched_setaffinity(0, sizeof(set), &set) < 0)
+		fprintf(stderr, PROG ": cpu=%d: %s (running on all CPUs)\n", cpu, strerror(errno));
+}
+
+/*
  * Take the nolock device lock (5).  A plain umount returns before the old
  * daemon has finished its final checkpoint, so a mount right after one
  * waits up to ten seconds for that daemon to let go.
@@ -470,7 +506,7 @@ static int lock_device(struct smount *sm, struct shoal_dev *dev)
 int main(int argc, char **argv)
 {
 	struct smount sm = { 0 };
-	struct mount_args ma = { 0 };
+	struct mount_args ma = { .ma_cpu = -1 };
 	struct fuse_args args = FUSE_ARGS_INIT(0, NULL);
 	struct fuse_loop_config *cfg;
 	struct ctl_server *ctl = NULL;
@@ -527,6 +563,7 @@ int main(int argc, char **argv)
 		fork_daemon();
 	sm.sm_pid = getpid();
 	set_signals_blocked(SIG_BLOCK); /* (3): inherited by every thread from here */
+	pin_cpu(&ma);                   /* inherited by every thread too */
 
 	ret = dev_open(sm.sm_device, sm.sm_opts.mo_readonly, &dev);
 	if (ret < 0) {
