@@ -416,10 +416,17 @@ static int prepare_name(struct shoal_fs *fs, struct shoal_inode *dp, uint64_t ha
 		}
 		if (fits)
 			return 0;
-		if (d < di->di_depth) {
+		/* a chained leaf is never split (the chain would keep entries of
+		 * both halves): it only grows its chain */
+		int chained = 0;
+		if (leaf_read(fs, blk, &b) == 0) {
+			chained = ((struct shoal_leaf *)b->b_data)->lf_next != 0;
+			buf_put(fs, b);
+		}
+		if (!chained && d < di->di_depth) {
 			err = leaf_split(fs, dp, idx);
 		} else {
-			err = ht_double(fs, dp);
+			err = chained ? -EFBIG : ht_double(fs, dp);
 			if (err == -EFBIG || err == -ENOSPC) {
 				/* cannot grow the table: chain a leaf to the last one */
 				struct shoal_buf *nb, *lb;

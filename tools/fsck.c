@@ -552,6 +552,9 @@ static void fsck_free(struct fsck *f)
 	free(f->f_ihash);
 	free(f->f_queue);
 	free(f->f_leaffix);
+	for (size_t k = 0; k < f->f_nrebuild; k++)
+		free(f->f_rebuild[k].rb_leaves);
+	free(f->f_rebuild);
 }
 
 int main(int argc, char **argv)

@@ -7,7 +7,8 @@
  * fsck_rg.c     pass 1c/3/6: group headers, disk bitmaps, block claims,
  *               allocation, bitmap and counter rebuild
  * fsck_inode.c  dinodes, block maps, xattrs; passes 4 and 5
- * fsck_dir.c    directories; passes 2 and 3, lost+found
+ * fsck_dir.c    directories; passes 2 and 3
+ * fsck_lost.c   pass 5a: leaf repairs, orphans, lost+found, cycles
  */
 #ifndef SHOAL_FSCK_H
 #define SHOAL_FSCK_H
@@ -79,6 +80,14 @@ struct fsck_leaffix {
 	uint16_t lx_depth;
 };
 
+/* A hashed directory whose table is damaged: rebuilt in pass 5a from the
+ * entries of the leaves the walk accepted. */
+struct fsck_rebuild {
+	uint64_t rb_dir;
+	uint64_t *rb_leaves; /* chains included */
+	size_t rb_n;
+};
+
 struct fsck {
 	const char *f_name; /* device path, prefix of every report line */
 	struct shoal_dev *f_dev;
@@ -116,6 +125,8 @@ struct fsck {
 
 	struct fsck_leaffix *f_leaffix;
 	size_t f_nleaffix, f_capleaffix;
+	struct fsck_rebuild *f_rebuild;
+	size_t f_nrebuild, f_caprebuild;
 
 	uint64_t f_lostfound; /* inode of /lost+found, 0 if none */
 	uint32_t f_alloc_rg;  /* fsck_alloc() resumes its search here */
@@ -216,11 +227,19 @@ int bmap_walk_htable(struct fsck *f, struct fsck_ino *fi, uint8_t *dib, uint64_t
 const char *fsck_mode_name(uint32_t mode);
 /* Free an inode's blocks in the found map (orphan removal). */
 int ino_release(struct fsck *f, struct fsck_ino *fi);
+/* Free the indirect and level-1 blocks of the block map in dib (not the
+ * leaves a hash table names). */
+int bmap_release(struct fsck *f, const uint8_t *dib);
 
 /* fsck_dir.c */
 int fsck_tree(struct fsck *f);      /* pass 2 */
 int fsck_detached(struct fsck *f);  /* pass 3 */
+
+/* fsck_lost.c */
 int fsck_connect(struct fsck *f);   /* pass 5a */
+/* An empty inline directory dinode for blkno in b, sealed. */
+void dir_make(struct fsck *f, uint8_t *b, uint64_t blkno, uint64_t parent, uint32_t perm);
+void now_ts(struct shoal_ts *ts);
 /* Walk one directory's entries and blocks (called by the passes above). */
 int dir_walk(struct fsck *f, struct fsck_ino *dir);
 uint8_t mode_dtype(uint32_t mode);

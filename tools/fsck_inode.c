@@ -429,6 +429,25 @@ static void release_level(struct fsck *f, uint8_t **bufs, const uint64_t *ptrs, 
 	}
 }
 
+int bmap_release(struct fsck *f, const uint8_t *dib)
+{
+	const struct shoal_dinode *di = (const void *)dib;
+	uint8_t *bufs[SHOAL_MAX_HEIGHT + 1] = { 0 };
+	int err = -ENOMEM;
+
+	for (int i = 0; i <= SHOAL_MAX_HEIGHT; i++)
+		if (!(bufs[i] = blk_alloc(f)))
+			goto out;
+	if (di->di_height && di->di_height <= SHOAL_MAX_HEIGHT)
+		release_level(f, bufs, (const uint64_t *)(dib + SHOAL_DI_PAYLOAD_OFF),
+			      SHOAL_DI_PTRS(f->f_bsize), di->di_height, 0);
+	err = 0;
+out:
+	for (int i = 0; i <= SHOAL_MAX_HEIGHT; i++)
+		free(bufs[i]);
+	return err;
+}
+
 int ino_release(struct fsck *f, struct fsck_ino *fi)
 {
 	uint8_t *bufs[SHOAL_MAX_HEIGHT + 2] = { 0 };

@@ -4,9 +4,10 @@
  * Every journal head must be valid.  A journal whose head is not CLEAN, or
  * whose tail starts a valid transaction, needs recovery; that is what a
  * crash leaves behind, so it is reported as information, not as an error.
- * With -y its transactions are replayed home and the head is set CLEAN
- * after the tail; with -n they are replayed into the read overlay
- * (fsck.c), so the rest of the check sees what the next mount will see.
+ * With -y its transactions are replayed home and the head is set CLEAN at
+ * the new tail (the device was written: exit code 1); with -n they are
+ * replayed into the read overlay (fsck.c), so the rest of the check sees
+ * what the next mount will see, and the exit code does not change.
  *
  * Invariants:
  *  (1) a transaction is applied only after all of it (every descriptor and
@@ -164,20 +165,22 @@ static int journal_check(struct fsck *f, uint32_t j, uint8_t *head, uint8_t *des
 			return n < 0 ? (int)n : -EIO; /* the log changed under us */
 		ntx++;
 	}
-	if (ntx == 0) {
-		if (!(jh->jh_flags & SHOAL_JH_CLEAN))
-			fsck_info(f, "journal %u was not unmounted cleanly; nothing to replay", j);
+	if (ntx == 0 && (jh->jh_flags & SHOAL_JH_CLEAN))
 		return 0;
-	}
 	if (!f->f_yes || f->f_ro_feat) {
-		fsck_info(f,
-			  "journal %u needs recovery (%u transactions, %u log blocks); "
-			  "checking the filesystem as replayed",
-			  j, ntx, js.js_scanned);
+		if (ntx)
+			fsck_info(f,
+				  "journal %u needs recovery (%u transactions, %u log blocks); "
+				  "checking the filesystem as replayed",
+				  j, ntx, js.js_scanned);
+		else
+			fsck_info(f, "journal %u needs recovery (not unmounted cleanly; no "
+				     "transactions to replay)",
+				  j);
 		return 0;
 	}
-	fsck_info(f, "journal %u: replayed %u transactions (%u log blocks)", j, ntx,
-		  js.js_scanned);
+	fsck_info(f, "journal %u: recovered: replayed %u transactions (%u log blocks), marked clean",
+		  j, ntx, js.js_scanned);
 	err = dev_flush(f->f_dev);
 	if (err) {
 		fsck_operr(f, "flush", err);
