@@ -73,10 +73,14 @@ struct fault {
 	uint64_t f_writes;        /* since dev_fault_wrap */
 };
 
+static uint64_t slot(uint64_t idx, uint64_t mask)
+{
+	return (idx * 0x9e3779b97f4a7c15ull >> 20) & mask;
+}
+
 static struct fpage *map_find(struct fmap *m, uint64_t idx)
 {
-	struct fpage *p = m->m_mask ? m->m_hash[(idx * 0x9e3779b97f4a7c15ull >> 20) & m->m_mask]
-				    : NULL;
+	struct fpage *p = m->m_mask ? m->m_hash[slot(idx, m->m_mask)] : NULL;
 	while (p && p->fp_index != idx)
 		p = p->fp_next;
 	return p;
@@ -92,7 +96,7 @@ static int map_grow(struct fmap *m)
 	for (uint64_t i = 0; m->m_mask && i <= m->m_mask; i++) {
 		struct fpage *p = m->m_hash[i], *n;
 		for (; p; p = n) {
-			uint64_t s = (p->fp_index * 0x9e3779b97f4a7c15ull >> 20) & nmask;
+			uint64_t s = slot(p->fp_index, nmask);
 			n = p->fp_next;
 			p->fp_next = nh[s];
 			nh[s] = p;
@@ -108,7 +112,7 @@ static int map_insert(struct fmap *m, struct fpage *p)
 {
 	if (m->m_count >= m->m_mask && map_grow(m))
 		return -ENOMEM;
-	uint64_t s = (p->fp_index * 0x9e3779b97f4a7c15ull >> 20) & m->m_mask;
+	uint64_t s = slot(p->fp_index, m->m_mask);
 	p->fp_next = m->m_hash[s];
 	m->m_hash[s] = p;
 	m->m_count++;
@@ -190,18 +194,6 @@ static struct fpage *page_find(struct fault *f, uint64_t idx)
 	return p ? p : map_find(&f->f_frozen, idx);
 }
 
-/* Copy len bytes at off (within one page) from the layers under f_live. */
-static int read_under(struct fault *f, uint8_t *buf, size_t len, uint64_t off)
-{
-	struct fpage *p = map_find(&f->f_frozen, off / FP_SIZE);
-
-	if (p) {
-		memcpy(buf, p->fp_data + off % FP_SIZE, len);
-		return 0;
-	}
-	return dev_read(f->f_lower, buf, len, off);
-}
-
 static int fault_pread(struct shoal_dev *dev, void *buf, size_t len, uint64_t off)
 {
 	struct fault *f = dev->d_priv;
@@ -259,8 +251,11 @@ static int fault_pwrite(struct shoal_dev *dev, const void *buf, size_t len, uint
 				break;
 			}
 			p->fp_index = idx;
-			if (at || c < page_len(f, idx))
-				err = read_under(f, p->fp_data, page_len(f, idx), idx * FP_SIZE);
+			struct fpage *q = map_find(&f->f_frozen, idx); /* what reads saw */
+			if (q)
+				memcpy(p->fp_data, q->fp_data, FP_SIZE);
+			else if (at || c < page_len(f, idx))
+				err = dev_read(f->f_lower, p->fp_data, page_len(f, idx), idx * FP_SIZE);
 			if (!err)
 				err = map_insert(&f->f_live, p);
 			if (err) {

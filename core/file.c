@@ -25,6 +25,14 @@ static void note_data_write(struct shoal_fs *fs, struct shoal_inode *ip)
 	ip->i_data_gen = __atomic_load_n(&fs->fs_dev->d_write_gen, __ATOMIC_SEQ_CST);
 }
 
+/* The largest file: what the map can hold, and what off_t can express. */
+uint64_t file_max_bytes(struct shoal_fs *fs)
+{
+	uint64_t blocks = bmap_max_blocks(fs, SHOAL_MAX_HEIGHT);
+	uint64_t lim = (uint64_t)INT64_MAX >> fs->fs_bshift;
+	return (blocks < lim ? blocks : lim) << fs->fs_bshift;
+}
+
 /* Zeros for holes: never written, so it costs no memory until read. */
 static uint8_t zero_buf[1u << 20];
 
@@ -188,7 +196,7 @@ static ssize_t write_src(struct shoal_fs *fs, struct shoal_inode *ip, const stru
 
 	if (size == 0)
 		return 0;
-	if (end < off || end > bmap_max_blocks(fs, SHOAL_MAX_HEIGHT) << fs->fs_bshift)
+	if (end < off || end > file_max_bytes(fs))
 		return -EFBIG;
 	if (di->di_height == 0 && end <= pay) {
 		if (!src->ws_mem)
@@ -257,7 +265,7 @@ int file_truncate(struct shoal_fs *fs, struct shoal_inode *ip, uint64_t size)
 	uint32_t pay = SHOAL_DI_PAYLOAD(fs->fs_bsize), bs = fs->fs_bsize;
 	int err;
 
-	if (size > bmap_max_blocks(fs, SHOAL_MAX_HEIGHT) << fs->fs_bshift)
+	if (size > file_max_bytes(fs))
 		return -EFBIG;
 	inode_dirty(fs, ip, 1);
 	if (size < di->di_size) {

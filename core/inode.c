@@ -119,6 +119,14 @@ int inode_get(struct shoal_fs *fs, uint64_t ino, struct shoal_inode **out)
 	ip->i_ino = ino;
 	ip->i_bh = b;
 	ip->i_ref = 1;
+	/*
+	 * What an evicted inode knew is gone: assume the worst, so that fsync
+	 * still commits its dinode if the running transaction holds it, and
+	 * flushes data it may have written since the last flush.
+	 */
+	if (b->b_flags & BUF_DIRTY)
+		ip->i_meta_seq = ip->i_dsync_seq = fs->fs_j.j_seq;
+	ip->i_data_gen = __atomic_load_n(&fs->fs_dev->d_write_gen, __ATOMIC_SEQ_CST);
 	ih_add(fs, ip);
 	*out = ip;
 	return 0;

@@ -103,6 +103,7 @@ struct shoal_fs {
 	struct shoal_mount_opts fs_opts;
 	char fs_node[SHOAL_LOCKNAME_LEN];
 	int fs_ro;
+	int fs_aborted; /* a journal or shared-structure write failed (fs_error) */
 	char fs_err[160];
 
 	pthread_mutex_t fs_lock;
@@ -161,6 +162,7 @@ void trans_add(struct shoal_fs *fs, struct shoal_buf *b);
 int jnl_commit(struct shoal_fs *fs);
 int jnl_checkpoint(struct shoal_fs *fs);
 int jnl_mark_clean(struct shoal_fs *fs, int clean);
+void jnl_release(struct shoal_fs *fs);
 /* Is transaction seq durable? */
 static inline int jnl_committed(struct shoal_fs *fs, uint64_t seq)
 {
@@ -222,6 +224,7 @@ ssize_t file_read(struct shoal_fs *fs, struct shoal_inode *ip, void *buf, size_t
 ssize_t file_write(struct shoal_fs *fs, struct shoal_inode *ip, const void *buf, size_t size,
 		   uint64_t off);
 int file_truncate(struct shoal_fs *fs, struct shoal_inode *ip, uint64_t size);
+uint64_t file_max_bytes(struct shoal_fs *fs);
 /* The pieces holding [off, off+size) (clamped to the file): *pvp malloc'd. */
 int file_map(struct shoal_fs *fs, struct shoal_inode *ip, size_t size, uint64_t off,
 	     struct shoal_piece **pvp, unsigned *np, size_t *total);

@@ -472,3 +472,26 @@ int jnl_checkpoint(struct shoal_fs *fs)
 	fs->fs_ctr.sc_checkpoints++;
 	return 0;
 }
+
+/* Drop the running transaction and the checkpoint list without writing
+ * anything (unmount after an abort; a clean unmount has emptied both). */
+void jnl_release(struct shoal_fs *fs)
+{
+	struct shoal_journal *j = &fs->fs_j;
+	struct shoal_buf *b, *next;
+
+	for (b = j->j_trans; b; b = next) {
+		next = b->b_tnext;
+		b->b_tnext = NULL;
+		b->b_flags &= ~(BUF_DIRTY | BUF_NEW);
+		buf_put(fs, b);
+	}
+	j->j_trans = NULL;
+	j->j_tcount = 0;
+	while (j->j_ckpt.b_cnext && j->j_ckpt.b_cnext != &j->j_ckpt) {
+		b = j->j_ckpt.b_cnext;
+		b->b_flags &= ~BUF_PINNED;
+		ckpt_del(j, b);
+		buf_put(fs, b);
+	}
+}

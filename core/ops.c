@@ -1140,6 +1140,10 @@ int shoal_fsync(struct shoal_fs *fs, uint64_t ino, int datasync)
 	if (err)
 		goto out;
 	fs->fs_ctr.sc_fsyncs++;
+	if (fs->fs_aborted) {
+		err = -EIO; /* the journal failed: what it held is lost */
+		goto out_put;
+	}
 	uint64_t seq = datasync ? ip->i_dsync_seq : ip->i_meta_seq;
 	int need_commit = fs->fs_j.j_tcount && seq >= fs->fs_j.j_seq && !fs->fs_ro;
 	int need_flush = ip->i_data_gen > __atomic_load_n(&fs->fs_dev->d_flush_gen, __ATOMIC_SEQ_CST);
@@ -1158,6 +1162,7 @@ int shoal_fsync(struct shoal_fs *fs, uint64_t ino, int datasync)
 	} else {
 		fs->fs_ctr.sc_fsync_noop++;
 	}
+out_put:
 	inode_put(fs, ip);
 out:
 	UNLOCK(fs);

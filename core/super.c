@@ -45,6 +45,7 @@ void fs_error(struct shoal_fs *fs, const char *fmt, ...)
 	vsnprintf(fs->fs_err, sizeof(fs->fs_err), fmt, ap);
 	va_end(ap);
 	fs->fs_ro = 1;
+	fs->fs_aborted = 1;
 	fprintf(stderr, "shoal: %s: filesystem is now read-only\n", fs->fs_err);
 }
 
@@ -343,6 +344,7 @@ int shoal_unmount(struct shoal_fs *fs)
 		if (!err)
 			err = jnl_mark_clean(fs, 1);
 	}
+	jnl_release(fs); /* an aborted mount still holds them */
 	free_inodes(fs);
 	gl_destroy(fs);
 	fs->fs_lm->lm_unmount(fs);
@@ -361,7 +363,9 @@ int shoal_sync(struct shoal_fs *fs)
 {
 	int err = 0;
 	pthread_mutex_lock(&fs->fs_lock);
-	if (!fs->fs_ro) {
+	if (fs->fs_aborted) {
+		err = -EIO; /* changes may have been lost: never report success */
+	} else if (!fs->fs_ro) {
 		err = jnl_commit(fs);
 		if (!err)
 			err = dev_flush_if_needed(fs->fs_dev);
