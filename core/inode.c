@@ -267,7 +267,7 @@ int inode_destroy(struct shoal_fs *fs, struct shoal_inode *ip)
 
 	if (ip->i_freed)
 		return 0;
-	err = trans_begin(fs, fs->fs_rgcount + SHOAL_MAX_HEIGHT + 4);
+	err = trans_begin(fs, trans_rg_blocks(fs) + SHOAL_MAX_HEIGHT + 4);
 	if (err)
 		return err;
 	if (S_ISDIR(di->di_mode)) {

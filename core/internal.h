@@ -157,6 +157,7 @@ int jnl_load(struct shoal_fs *fs, uint32_t index);
 int jnl_recover(struct shoal_fs *fs, uint32_t index, uint32_t *replayed);
 /* Reserve room for an operation that will dirty up to nblocks. */
 int trans_begin(struct shoal_fs *fs, uint32_t nblocks);
+uint32_t trans_rg_blocks(struct shoal_fs *fs);
 /* Add a buffer to the running transaction before changing it. */
 void trans_add(struct shoal_fs *fs, struct shoal_buf *b);
 int jnl_commit(struct shoal_fs *fs);

@@ -215,6 +215,18 @@ static uint32_t trans_max(struct shoal_journal *j)
 	return log_capacity(j) / 4;
 }
 
+/*
+ * Resource-group headers an operation that frees a whole file may dirty:
+ * one per group, but never more than half a transaction, so that deleting
+ * a small file on a filesystem of many groups is not refused.  (A file
+ * spread over more groups than that is a known limit: see README.md.)
+ */
+uint32_t trans_rg_blocks(struct shoal_fs *fs)
+{
+	uint32_t half = trans_max(&fs->fs_j) / 2;
+	return fs->fs_rgcount < half ? fs->fs_rgcount : half;
+}
+
 int trans_begin(struct shoal_fs *fs, uint32_t nblocks)
 {
 	struct shoal_journal *j = &fs->fs_j;

@@ -276,7 +276,7 @@ static int setattr_locked(struct shoal_fs *fs, const struct shoal_ctx *ctx, uint
 	err = setattr_allowed(ip, ctx, attr, valid);
 	if (err)
 		goto out_put;
-	err = trans_begin(fs, fs->fs_rgcount + RES_META);
+	err = trans_begin(fs, trans_rg_blocks(fs) + RES_META);
 	if (err)
 		goto out_put;
 	inode_dirty(fs, ip, (valid & ~(SHOAL_SET_ATIME | SHOAL_SET_MTIME | SHOAL_SET_ATIME_NOW |
@@ -1249,7 +1249,7 @@ static int fallocate_locked(struct shoal_fs *fs, uint64_t ino, int mode, uint64_
 	}
 	err = space_for(fs, mode & FALLOC_FL_PUNCH_HOLE ? 0 : (len >> fs->fs_bshift) + 2);
 	if (!err)
-		err = trans_begin(fs, fs->fs_rgcount + RES_META * 2);
+		err = trans_begin(fs, trans_rg_blocks(fs) + RES_META * 2);
 	if (err)
 		goto out_put;
 	if (mode & FALLOC_FL_PUNCH_HOLE) {
