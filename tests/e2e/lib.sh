@@ -65,6 +65,29 @@ check_eq() {
 	fi
 }
 t_is_shoal() { [ "$E2E_FS" = shoal ]; }
+
+# py 'CODE' ARGS: run Python code with a = ARGS (output compared by the caller).
+py() {
+	local code=$1
+	shift
+	"$T_PY" -c "import os, sys, errno, stat, ctypes, hashlib
+a = sys.argv[1:]
+$code" "$@"
+}
+
+# t_umount_fsck MNT IMG: unmount, then fsck.shoal -n must find it clean.
+t_umount_fsck() {
+	t_is_shoal || return 0
+	local rc=0
+	t_umount "$1"
+	t_fsck "$2" >"$t_dir/fsck.out" 2>&1 || rc=$?
+	if [ $rc -eq 77 ]; then
+		skip "fsck.shoal -n after the test: build/fsck.shoal not built"
+	else
+		check_eq "fsck.shoal -n is clean after the test" 0 "$rc"
+		[ $rc -eq 0 ] || head -20 "$t_dir/fsck.out" | sed 's/^/#   /'
+	fi
+}
 t_done() {
 	echo "# $t_n checks, $t_failed failed, $t_skipped skipped"
 	[ "$t_failed" -eq 0 ]

@@ -11,13 +11,6 @@ m=$t_dir/mnt
 t_mkfs "$img" 1G -J 8M
 t_mount "$img" "$m"
 
-py() {
-	local code=$1
-	shift
-	"$T_PY" -c "import os, sys, errno, stat, ctypes
-a = sys.argv[1:]
-$code" "$@"
-}
 # rename2 FLAGS OLD NEW: renameat2() through libc; prints OK or the errno name.
 rename2() {
 	t_try '
@@ -332,15 +325,5 @@ py '
 for n in os.listdir(a[0]):
     os.unlink(os.path.join(a[0], n))' "$big"
 check_eq "the emptied big directory can be removed" OK "$(t_try 'os.rmdir(a[0])' "$big")"
-if t_is_shoal; then
-	t_umount "$m"
-	rc=0
-	t_fsck "$img" >"$t_dir/fsck.out" 2>&1 || rc=$?
-	if [ $rc -eq 77 ]; then
-		skip "fsck.shoal -n after the test: build/fsck.shoal not built"
-	else
-		check_eq "fsck.shoal -n is clean after the test" 0 "$rc"
-		[ $rc -eq 0 ] || head -20 "$t_dir/fsck.out" | sed 's/^/#   /'
-	fi
-fi
+t_umount_fsck "$m" "$img"
 t_done

@@ -14,14 +14,6 @@ mkdir -p "$ref"
 t_mkfs "$img" 1G -J 8M
 t_mount "$img" "$m"
 
-# py 'CODE' ARGS: run Python code with a = ARGS (output compared by the caller).
-py() {
-	local code=$1
-	shift
-	"$T_PY" -c "import os, sys, errno, stat, hashlib
-a = sys.argv[1:]
-$code" "$@"
-}
 
 # --- create / open / read / write ------------------------------------------
 
@@ -435,15 +427,5 @@ print("OK" if d == b"r" * 5000 + bytes((1 << 20) - 5000) else "stale data")' "$m
 check_eq "files grown by truncate past their height keep their size after remount" \
 	"$((5 << 30)) $((3 << 20)) $((1 << 30))" "$(stat -c %s "$m/trup/tr4" "$m/trup/up1" "$m/trup/up2" | xargs)"
 check_eq "link counts after remount" "3 3" "$(stat -c %h "$m/l2" "$m/ldir/l3" | xargs)"
-if t_is_shoal; then
-	t_umount "$m"
-	rc=0
-	t_fsck "$img" >"$t_dir/fsck.out" 2>&1 || rc=$?
-	if [ $rc -eq 77 ]; then
-		skip "fsck.shoal -n after the test: build/fsck.shoal not built"
-	else
-		check_eq "fsck.shoal -n is clean after the test" 0 "$rc"
-		[ $rc -eq 0 ] || head -20 "$t_dir/fsck.out" | sed 's/^/#   /'
-	fi
-fi
+t_umount_fsck "$m" "$img"
 t_done

@@ -10,13 +10,6 @@ m=$t_dir/mnt
 t_mkfs "$img" 512M -J 8M
 t_mount "$img" "$m"
 
-py() {
-	local code=$1
-	shift
-	"$T_PY" -c "import os, sys, errno, stat, ctypes
-a = sys.argv[1:]
-$code" "$@"
-}
 dropcaches() { sync; echo 3 >/proc/sys/vm/drop_caches; }
 
 # --- extended attributes ----------------------------------------------------------
@@ -308,15 +301,5 @@ sync
 t_remount "$img" "$m"
 check "strictatime update persisted after remount" test "$(atime "$m/at_strict")" -gt "$old_s"
 
-if t_is_shoal; then
-	t_umount "$m"
-	rc=0
-	t_fsck "$img" >"$t_dir/fsck.out" 2>&1 || rc=$?
-	if [ $rc -eq 77 ]; then
-		skip "fsck.shoal -n after the test: build/fsck.shoal not built"
-	else
-		check_eq "fsck.shoal -n is clean after the test" 0 "$rc"
-		[ $rc -eq 0 ] || head -20 "$t_dir/fsck.out" | sed 's/^/#   /'
-	fi
-fi
+t_umount_fsck "$m" "$img"
 t_done
