@@ -143,7 +143,7 @@ struct shoal_dinode {
 	uint32_t di_uid;
 	uint32_t di_gid;
 	uint32_t di_nlink;
-	uint64_t di_size;   /* bytes; for hashed directories, bytes of htable */
+	uint64_t di_size;   /* bytes (past what the map holds: a hole); hashed dirs: htable bytes */
 	uint64_t di_blocks; /* blocks owned, this dinode included */
 	struct shoal_ts di_atime;
 	struct shoal_ts di_mtime;
