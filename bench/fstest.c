@@ -37,6 +37,7 @@
 #include <unistd.h>
 
 #define PROG "fstest"
+#include "benchutil.h"
 #define BS 1024u
 #define PREP_CHUNK (64u * 1024u)
 
@@ -49,20 +50,6 @@ static uint64_t splitmix64(void)
 	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
 	z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
 	return z ^ (z >> 31);
-}
-
-static double now(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
-
-static void die(const char *what, const char *name)
-{
-	fprintf(stderr, PROG ": %s %s: %s\n", what, name, strerror(errno));
-	exit(1);
 }
 
 /* The content prep gives byte i of the file. */

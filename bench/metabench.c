@@ -32,22 +32,9 @@
 #include <unistd.h>
 
 #define PROG "metabench"
+#include "benchutil.h"
 #define SUBDIR "meta.d"
 #define NAME_LEN 24
-
-static double now(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
-
-static void die(const char *what, const char *name)
-{
-	fprintf(stderr, PROG ": %s %s: %s\n", what, name ? name : "", strerror(errno));
-	exit(1);
-}
 
 int main(int argc, char **argv)
 {

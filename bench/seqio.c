@@ -32,23 +32,10 @@
 #include <unistd.h>
 
 #define PROG "seqio"
+#include "benchutil.h"
 #define CHUNK (1u << 20)
 #define BLOCK 4096u
 #define TAG 0x5eed5ea15eed5ea1ull
-
-static double now(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
-}
-
-static void die(const char *what, const char *name)
-{
-	fprintf(stderr, PROG ": %s %s: %s\n", what, name, strerror(errno));
-	exit(1);
-}
 
 /* Stamp (or, with check set, verify) the block numbers of one chunk. */
 static int stamp(unsigned char *buf, uint64_t chunk, int check)

@@ -330,30 +330,18 @@ static int leaf_split(struct shoal_fs *fs, struct shoal_inode *dp, uint64_t idx)
 		goto out_put;
 	trans_add(fs, ob);
 	struct shoal_leaf *nlf = (void *)nb->b_data;
-	olf->lf_depth = (uint16_t)(d + 1);
 	/* entries whose bit (62 - d) is set move to the new (upper) leaf */
-	uint8_t *oa = ob->b_data + SHOAL_LEAF_ENTRIES_OFF, *na = nb->b_data + SHOAL_LEAF_ENTRIES_OFF;
-	uint32_t off = 0, keep = 0;
-	while (off < olf->lf_used) {
-		struct dent e;
-		if (ent_decode(oa + off, olf->lf_used - off, &e)) {
-			err = fs_corrupt(fs, oblk, "directory leaf entry") ? -EIO : -EIO;
-			goto out_new;
-		}
-		uint32_t sz = SHOAL_DIRENT_SIZE(e.namelen);
-		if ((e.hash >> (62 - d)) & 1) {
-			memcpy(na + nlf->lf_used, oa + off, sz);
-			nlf->lf_used += sz;
-			nlf->lf_count++;
-		} else {
-			memmove(oa + keep, oa + off, sz);
-			keep += sz;
-		}
-		off += sz;
+	int moved = meta_dirents_split(ob->b_data + SHOAL_LEAF_ENTRIES_OFF, &olf->lf_used,
+				       nb->b_data + SHOAL_LEAF_ENTRIES_OFF, &nlf->lf_used, 62 - d);
+	if (moved < 0) {
+		err = fs_corrupt(fs, oblk, "directory leaf entry") ? -EIO : -EIO;
+		if (rg_free(fs, nb->b_blkno, 1) == 0) /* nothing points at it yet */
+			di->di_blocks--;
+		goto out_new;
 	}
-	memset(oa + keep, 0, olf->lf_used - keep);
-	olf->lf_used = keep;
-	olf->lf_count = (uint16_t)(olf->lf_count - nlf->lf_count);
+	olf->lf_depth = (uint16_t)(d + 1);
+	nlf->lf_count = (uint16_t)moved;
+	olf->lf_count = (uint16_t)(olf->lf_count - moved);
 	err = ht_set_range(fs, dp, start + width / 2, width / 2, nb->b_blkno);
 out_new:
 	buf_put(fs, nb);

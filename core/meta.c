@@ -96,3 +96,35 @@ uint64_t meta_name_hash(uint64_t seed, const char *name, size_t len)
 		h += 3;
 	return h;
 }
+
+int meta_dirents_split(uint8_t *area, uint32_t *used, uint8_t *dst, uint32_t *dst_used,
+		       unsigned bit)
+{
+	struct shoal_dirent e;
+	uint32_t off, keep = 0, total = *used;
+	int moved = 0;
+
+	for (off = 0; off < total; off += SHOAL_DIRENT_SIZE(e.de_namelen)) {
+		if (total - off < sizeof(e))
+			return -EUCLEAN;
+		memcpy(&e, area + off, sizeof(e));
+		if (e.de_namelen == 0 || SHOAL_DIRENT_SIZE(e.de_namelen) > total - off)
+			return -EUCLEAN;
+	}
+	for (off = 0; off < total;) {
+		memcpy(&e, area + off, sizeof(e));
+		uint32_t sz = SHOAL_DIRENT_SIZE(e.de_namelen);
+		if ((e.de_hash >> bit) & 1) {
+			memcpy(dst + *dst_used, area + off, sz);
+			*dst_used += sz;
+			moved++;
+		} else {
+			memmove(area + keep, area + off, sz);
+			keep += sz;
+		}
+		off += sz;
+	}
+	memset(area + keep, 0, total - keep);
+	*used = keep;
+	return moved;
+}

@@ -28,4 +28,15 @@ int meta_check(const void *block, uint32_t bsize, uint16_t type, uint64_t blkno)
 /* The 63-bit directory name hash (also the readdir offset); always >= 3. */
 uint64_t meta_name_hash(uint64_t seed, const char *name, size_t len);
 
+/*
+ * Split a directory leaf's packed entries (area, *used bytes): those whose
+ * hash has bit `bit` set move to the end of dst (*dst_used bytes), the rest
+ * close up in area and the freed tail is zeroed.  The entries are checked
+ * first: a malformed one gives -EUCLEAN and changes nothing.  Returns the
+ * number of entries moved.  (dir.c splits leaves with it, and so does
+ * fsck.shoal when it grows lost+found.)
+ */
+int meta_dirents_split(uint8_t *area, uint32_t *used, uint8_t *dst, uint32_t *dst_used,
+		       unsigned bit);
+
 #endif

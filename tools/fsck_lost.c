@@ -218,7 +218,7 @@ static int dir_grow(struct fsck *f, struct fsck_ino *dir, uint8_t *dib, uint64_t
 	uint64_t hp = SHOAL_HT_PTRS(f->f_bsize), *dptr = (uint64_t *)(dib + SHOAL_DI_PAYLOAD_OFF);
 	uint32_t bs = f->f_bsize;
 	uint8_t *b1 = blk_alloc(f), *b2 = blk_alloc(f), *b3 = blk_alloc(f);
-	struct shoal_leaf *lf = (void *)b1, *nlf = (void *)b3;
+	struct shoal_leaf *lf = (void *)b1;
 	uint64_t *old = NULL, lblk, tblk, idx, L;
 	unsigned D = di->di_depth, d;
 	int err = -ENOMEM;
@@ -274,30 +274,20 @@ static int dir_grow(struct fsck *f, struct fsck_ino *dir, uint8_t *dib, uint64_t
 	if (d < D) {
 		/* split: entries whose hash bit (62 - d) is set move to a new leaf */
 		uint64_t width = 1ull << (D - d), start = idx & ~(width - 1), nblk;
-		uint8_t *oa = b1 + SHOAL_LEAF_ENTRIES_OFF, *na = b3 + SHOAL_LEAF_ENTRIES_OFF;
-		uint32_t off = 0, keep = 0;
+		struct shoal_leaf *nlf = (void *)b3;
+		int moved;
 
 		if ((err = dir_newblock(f, dir, dib, &nblk)))
 			goto out;
 		memset(b3, 0, bs);
-		while (off + sizeof(struct shoal_dirent) <= lf->lf_used) {
-			const struct shoal_dirent *e = (const void *)(oa + off);
-			uint32_t sz = (uint32_t)sizeof(*e) + e->de_namelen;
-			if (off + sz > lf->lf_used)
-				break;
-			if ((e->de_hash >> (62 - d)) & 1) {
-				memcpy(na + nlf->lf_used, oa + off, sz);
-				nlf->lf_used += sz;
-				nlf->lf_count++;
-			} else {
-				memmove(oa + keep, oa + off, sz);
-				keep += sz;
-			}
-			off += sz;
+		moved = meta_dirents_split(b1 + SHOAL_LEAF_ENTRIES_OFF, &lf->lf_used,
+					   b3 + SHOAL_LEAF_ENTRIES_OFF, &nlf->lf_used, 62 - d);
+		if (moved < 0) {
+			err = moved;
+			goto out;
 		}
-		memset(oa + keep, 0, bs - SHOAL_LEAF_ENTRIES_OFF - keep);
-		lf->lf_count = (uint16_t)(lf->lf_count - nlf->lf_count);
-		lf->lf_used = keep;
+		nlf->lf_count = (uint16_t)moved;
+		lf->lf_count = (uint16_t)(lf->lf_count - moved);
 		lf->lf_depth = nlf->lf_depth = (uint16_t)(d + 1);
 		meta_update_crc(b1, bs);
 		meta_seal(b3, bs, SHOAL_MT_LEAF, nblk, 0);
