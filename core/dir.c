@@ -243,7 +243,7 @@ static int dir_convert(struct shoal_fs *fs, struct shoal_inode *dp)
 	uint32_t used = id->id_used;
 	int err;
 
-	err = trans_begin(fs, 8);
+	err = trans_begin_alloc(fs, 8, 2);
 	if (err)
 		return err;
 	err = leaf_new(fs, dp, 0, &lb);
@@ -277,7 +277,8 @@ static int ht_double(struct shoal_fs *fs, struct shoal_inode *dp)
 
 	if (di->di_depth >= SHOAL_MAX_DEPTH)
 		return -ENOSPC;
-	err = trans_begin(fs, (uint32_t)(nblocks + SHOAL_MAX_HEIGHT * 2 + 4));
+	err = trans_begin_alloc(fs, (uint32_t)(nblocks + SHOAL_MAX_HEIGHT * 2 + 4),
+				nblocks + SHOAL_MAX_HEIGHT);
 	if (err)
 		return err; /* -EFBIG: table too big for one transaction: chain */
 	tab = malloc(old * 8);
@@ -314,7 +315,7 @@ static int leaf_split(struct shoal_fs *fs, struct shoal_inode *dp, uint64_t idx)
 	uint64_t oblk;
 	int err;
 
-	err = trans_begin(fs, 8 + SHOAL_MAX_HEIGHT);
+	err = trans_begin_alloc(fs, 8 + SHOAL_MAX_HEIGHT, 1);
 	if (err)
 		return err;
 	err = ht_get(fs, dp, idx, &oblk);
@@ -419,7 +420,7 @@ static int prepare_name(struct shoal_fs *fs, struct shoal_inode *dp, uint64_t ha
 				/* cannot grow the table: chain a leaf to the last one */
 				struct shoal_buf *nb, *lb;
 				uint64_t last = blk;
-				err = trans_begin(fs, 8);
+				err = trans_begin_alloc(fs, 8, 1);
 				if (err)
 					return err;
 				for (;;) {

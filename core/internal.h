@@ -157,6 +157,8 @@ int jnl_load(struct shoal_fs *fs, uint32_t index);
 int jnl_recover(struct shoal_fs *fs, uint32_t index, uint32_t *replayed);
 /* Reserve room for an operation that will dirty up to nblocks. */
 int trans_begin(struct shoal_fs *fs, uint32_t nblocks);
+/* Same, for an operation that may also allocate up to nalloc blocks. */
+int trans_begin_alloc(struct shoal_fs *fs, uint32_t nblocks, uint64_t nalloc);
 uint32_t trans_rg_blocks(struct shoal_fs *fs);
 /* Add a buffer to the running transaction before changing it. */
 void trans_add(struct shoal_fs *fs, struct shoal_buf *b);

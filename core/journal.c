@@ -2,7 +2,8 @@
  * journal.c - the node's journal: transactions, commit, checkpoint, replay.
  *
  * Metadata changes go into one running transaction (j_trans): an operation
- * calls trans_begin() with the number of blocks it may dirty, then
+ * calls trans_begin() with the number of blocks it may dirty (and
+ * trans_begin_alloc() also with how many it may allocate), then
  * trans_add() on each buffer before changing it.  jnl_commit() writes the
  * transaction to the log as descriptors + block images and flushes once;
  * jnl_checkpoint() writes logged buffers home and moves the tail.
@@ -229,12 +230,30 @@ uint32_t trans_rg_blocks(struct shoal_fs *fs)
 
 int trans_begin(struct shoal_fs *fs, uint32_t nblocks)
 {
+	return trans_begin_alloc(fs, nblocks, 0);
+}
+
+int trans_begin_alloc(struct shoal_fs *fs, uint32_t nblocks, uint64_t nalloc)
+{
 	struct shoal_journal *j = &fs->fs_j;
+	uint64_t pend;
 	uint32_t need;
 	int err;
 
 	if (fs->fs_ro)
 		return -EROFS;
+	/*
+	 * Blocks freed since the last checkpoint may not be reused yet (5);
+	 * when what is free apart from them is short of what the operation may
+	 * allocate, checkpoint now, so that it does not fail with ENOSPC while
+	 * df shows room.
+	 */
+	pend = nalloc ? rg_pending_total(fs) : 0;
+	if (pend && rg_free_total(fs) - pend < nalloc + 64) {
+		err = jnl_checkpoint(fs);
+		if (err)
+			return err;
+	}
 	need = j->j_tcount + nblocks;
 	need += desc_count(fs, need);
 	if (need > trans_max(j) && j->j_tcount) {

@@ -105,20 +105,6 @@ static void io_put(struct shoal_fs *fs, struct shoal_inode *ip)
 	UNLOCK(fs);
 }
 
-/*
- * Blocks freed since the last checkpoint may not be reused yet (journal.c
- * (5)); when what is free apart from them is short of what an operation
- * may allocate, checkpoint first so it does not fail with ENOSPC while df
- * shows room.  Call only where the filesystem is consistent.
- */
-static int space_for(struct shoal_fs *fs, uint64_t nblocks)
-{
-	uint64_t pend = rg_pending_total(fs);
-	if (pend && rg_free_total(fs) - pend < nblocks + 64)
-		return jnl_checkpoint(fs);
-	return 0;
-}
-
 /* Blocks an operation may dirty besides allocations. */
 #define RES_META 24
 
@@ -412,12 +398,11 @@ static int make_node(struct shoal_fs *fs, const struct shoal_ctx *ctx, uint64_t 
 		err = -EMLINK;
 		goto out_dp;
 	}
-	err = space_for(fs, 8 + (target ? strlen(target) >> fs->fs_bshift : 0));
-	if (!err)
-		err = dir_make_room(fs, dp, name);
+	err = dir_make_room(fs, dp, name);
 	if (err)
 		goto out_dp;
-	err = trans_begin(fs, RES_META + (target ? 4 : 0));
+	err = trans_begin_alloc(fs, RES_META + (target ? 4 : 0),
+				1 + (target ? (strlen(target) >> fs->fs_bshift) + 1 : 0));
 	if (err)
 		goto out_dp;
 	gid = ctx->c_gid;
@@ -583,9 +568,7 @@ int shoal_link(struct shoal_fs *fs, uint64_t ino, uint64_t newparent, const char
 		err = err ? err : -EEXIST;
 		goto out_dp;
 	}
-	err = space_for(fs, 8);
-	if (!err)
-		err = dir_make_room(fs, dp, newname);
+	err = dir_make_room(fs, dp, newname);
 	if (!err)
 		err = trans_begin(fs, RES_META);
 	if (!err)
@@ -816,9 +799,7 @@ int shoal_rename(struct shoal_fs *fs, const struct shoal_ctx *ctx, uint64_t pare
 		goto out;
 	}
 	if (!tip) {
-		err = space_for(fs, 8);
-		if (!err)
-			err = dir_make_room(fs, ddp, newname);
+		err = dir_make_room(fs, ddp, newname);
 		if (err)
 			goto out;
 	}
@@ -1077,9 +1058,7 @@ static ssize_t write_begin(struct shoal_fs *fs, const struct shoal_ctx *ctx, uin
 		uint32_t res = (uint32_t)(nblk / SHOAL_IND_PTRS(fs->fs_bsize) +
 					  nblk / SHOAL_RG_MAX_LENGTH(fs->fs_bsize)) +
 			       SHOAL_MAX_HEIGHT * 2 + RES_META;
-		n = space_for(fs, nblk); /* make freed blocks reusable */
-		if (!n)
-			n = trans_begin(fs, res);
+		n = trans_begin_alloc(fs, res, nblk);
 	}
 	if (!n && ctx && ctx->c_uid != 0 && (di->di_mode & (S_ISUID | S_ISGID))) {
 		/* like ext4: a write by someone other than root drops set-ID bits */
@@ -1247,9 +1226,8 @@ static int fallocate_locked(struct shoal_fs *fs, uint64_t ino, int mode, uint64_
 		err = -EPERM;
 		goto out_put;
 	}
-	err = space_for(fs, mode & FALLOC_FL_PUNCH_HOLE ? 0 : (len >> fs->fs_bshift) + 2);
-	if (!err)
-		err = trans_begin(fs, trans_rg_blocks(fs) + RES_META * 2);
+	err = trans_begin_alloc(fs, trans_rg_blocks(fs) + RES_META * 2,
+				mode & FALLOC_FL_PUNCH_HOLE ? 0 : (len >> fs->fs_bshift) + 2);
 	if (err)
 		goto out_put;
 	if (mode & FALLOC_FL_PUNCH_HOLE) {
@@ -1502,9 +1480,7 @@ int shoal_setxattr(struct shoal_fs *fs, uint64_t ino, const char *name, const vo
 		if (!err && nochange_flags(ip))
 			err = -EPERM;
 		if (!err)
-			err = space_for(fs, 2);
-		if (!err)
-			err = trans_begin(fs, RES_META);
+			err = trans_begin_alloc(fs, RES_META, 1);
 		if (!err && !strcmp(name, "system.posix_acl_access")) {
 			mode_t m = ip_di(ip)->di_mode;
 			minimal = acl_to_mode(value, size, &m);
