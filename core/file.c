@@ -198,9 +198,8 @@ static ssize_t write_src(struct shoal_fs *fs, struct shoal_inode *ip, const stru
 		return 0;
 	if (end < off || end > file_max_bytes(fs))
 		return -EFBIG;
-	if (di->di_height == 0 && end <= pay) {
-		if (!src->ws_mem)
-			return -EAGAIN; /* inline data must come from memory */
+	/* inline data is copied from memory; a callback's bytes go to blocks */
+	if (di->di_height == 0 && end <= pay && src->ws_mem) {
 		inode_dirty(fs, ip, end > di->di_size);
 		memcpy(ip->i_bh->b_data + SHOAL_DI_PAYLOAD_OFF + off, src->ws_mem, size);
 		if (end > di->di_size)

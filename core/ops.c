@@ -1102,7 +1102,7 @@ ssize_t shoal_write_direct(struct shoal_fs *fs, const struct shoal_ctx *ctx, uin
 	LOCK(fs);
 	n = write_begin(fs, ctx, ino, size, off, &ip);
 	if (!n) {
-		n = file_write_fn(fs, ip, fn, arg, size, off); /* -EAGAIN: inline */
+		n = file_write_fn(fs, ip, fn, arg, size, off);
 		inode_put(fs, ip);
 	}
 	UNLOCK(fs);

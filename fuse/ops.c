@@ -536,14 +536,14 @@ static void op_write_buf(fuse_req_t req, fuse_ino_t ino, struct fuse_bufvec *buf
 	struct shoal_fs *fs = FS(req);
 	struct shoal_ctx ctx;
 	size_t size = fuse_buf_size(bufv);
-	ssize_t n = -EAGAIN;
+	ssize_t n = -EOPNOTSUPP;
 
 	req_ctx(req, &ctx);
 	/* large payloads move device-side; small ones (often inline) via memory */
 	if (size >= SMOUNT_SPLICE_MIN && !(bufv->count == 1 && !(bufv->buf[0].flags & FUSE_BUF_IS_FD)))
 		n = shoal_write_direct(fs, &ctx, ino_in(fs, ino), size, (uint64_t)off, fi->flags,
 				       write_copy_fn, bufv);
-	if (n == -EAGAIN || n == -EOPNOTSUPP) {
+	if (n == -EOPNOTSUPP) { /* small write, or a device without a plain fd */
 		const void *mem;
 		char *tmp = NULL;
 		if (bufv->count == 1 && !(bufv->buf[0].flags & FUSE_BUF_IS_FD)) {
