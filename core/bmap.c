@@ -60,11 +60,12 @@ static int ptr_ok(struct shoal_fs *fs, uint64_t p)
 }
 
 /* Read the indirect block p found in a pointer of block owner. */
-static int ind_read(struct shoal_fs *fs, uint64_t owner, uint64_t p, struct shoal_buf **b)
+static int ind_read(struct shoal_fs *fs, struct shoal_inode *ip, uint64_t owner, uint64_t p,
+		    struct shoal_buf **b)
 {
 	if (!ptr_ok(fs, p))
 		return fs_corrupt(fs, owner, "block pointer out of range") == -EUCLEAN ? -EIO : -EIO;
-	return buf_read(fs, p, SHOAL_MT_INDIRECT, b);
+	return buf_read_gen(fs, inode_gen(fs, ip), p, SHOAL_MT_INDIRECT, b);
 }
 
 int bmap_get(struct shoal_fs *fs, struct shoal_inode *ip, uint64_t lblk, uint64_t *pblk,
@@ -115,7 +116,7 @@ int bmap_get(struct shoal_fs *fs, struct shoal_inode *ip, uint64_t lblk, uint64_
 			break;
 		}
 		struct shoal_buf *nb;
-		err = ind_read(fs, owner, p, &nb);
+		err = ind_read(fs, ip, owner, p, &nb);
 		buf_put(fs, b);
 		b = nb;
 		if (err) {
@@ -286,7 +287,7 @@ int bmap_alloc(struct shoal_fs *fs, struct shoal_inode *ip, uint64_t lblk, uint3
 			ptrs[idx] = nb->b_blkno;
 			inode_dirty(fs, ip, 1);
 		} else {
-			err = ind_read(fs, owner_b->b_blkno, ptrs[idx], &nb);
+			err = ind_read(fs, ip, owner_b->b_blkno, ptrs[idx], &nb);
 			if (err)
 				break;
 		}
@@ -339,7 +340,7 @@ static int trunc_node(struct shoal_fs *fs, struct shoal_inode *ip, struct shoal_
 		}
 		struct shoal_buf *cb;
 		int cempty;
-		err = ind_read(fs, nb->b_blkno, ptrs[i], &cb);
+		err = ind_read(fs, ip, nb->b_blkno, ptrs[i], &cb);
 		if (err)
 			return err;
 		err = trunc_node(fs, ip, cb, ind_ptrs(cb), SHOAL_IND_PTRS(fs->fs_bsize), lvl - 1, lo,

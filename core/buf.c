@@ -176,6 +176,34 @@ int buf_read(struct shoal_fs *fs, uint64_t blkno, uint16_t type, struct shoal_bu
 	return 0;
 }
 
+int buf_read_gen(struct shoal_fs *fs, uint64_t gen, uint64_t blkno, uint16_t type,
+		 struct shoal_buf **out)
+{
+	struct shoal_buf *b;
+	int err;
+
+	if (!fs->fs_cluster)
+		return buf_read(fs, blkno, type, out);
+	b = bc_find(&fs->fs_bc, blkno);
+	if (b && b->b_gen != gen && !(b->b_flags & (BUF_DIRTY | BUF_PINNED | BUF_NEW))) {
+		/* read under an older grant: another node may have changed it */
+		fs->fs_ctr.sc_buf_misses++;
+		err = dev_read(fs->fs_dev, b->b_data, fs->fs_bsize, blkno << fs->fs_bshift);
+		if (!err && type && meta_check(b->b_data, fs->fs_bsize, type, blkno))
+			err = fs_corrupt(fs, blkno, "bad checksum or header");
+		if (err) {
+			/* leave no half-read copy behind */
+			memset(b->b_data, 0, fs->fs_bsize);
+			b->b_gen = 0;
+			return err == -EUCLEAN ? -EIO : err;
+		}
+	}
+	err = buf_read(fs, blkno, type, out);
+	if (!err)
+		(*out)->b_gen = gen;
+	return err;
+}
+
 int buf_new(struct shoal_fs *fs, uint64_t blkno, struct shoal_buf **out)
 {
 	struct shoal_buf *b = bc_find(&fs->fs_bc, blkno);

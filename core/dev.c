@@ -144,6 +144,8 @@ int dev_write(struct shoal_dev *dev, const void *buf, size_t len, uint64_t off)
 {
 	if (dev->d_readonly)
 		return -EROFS;
+	if (__atomic_load_n(&dev->d_fenced, __ATOMIC_SEQ_CST))
+		return -EIO;
 	if (off + len > dev->d_size || off + len < off)
 		return -EIO;
 	stat_add(&dev->d_stats.ds_writes, 1);
@@ -159,6 +161,8 @@ int dev_flush(struct shoal_dev *dev)
 
 	if (dev->d_readonly)
 		return 0;
+	if (__atomic_load_n(&dev->d_fenced, __ATOMIC_SEQ_CST))
+		return -EIO;
 	stat_add(&dev->d_stats.ds_flushes, 1);
 	err = dev->d_ops->flush(dev);
 	if (err)
@@ -190,7 +194,14 @@ void dev_stats_get(struct shoal_dev *dev, struct shoal_dev_stats *out)
 
 int dev_fd(struct shoal_dev *dev)
 {
+	if (__atomic_load_n(&dev->d_fenced, __ATOMIC_SEQ_CST))
+		return -1;
 	return dev->d_ops == &dev_file_ops ? dev->d_fd : -1;
+}
+
+void dev_fence(struct shoal_dev *dev)
+{
+	__atomic_store_n(&dev->d_fenced, 1, __ATOMIC_SEQ_CST);
 }
 
 void dev_account(struct shoal_dev *dev, int write, uint64_t bytes)

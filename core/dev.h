@@ -34,6 +34,7 @@ struct shoal_dev {
 	struct shoal_dev_stats d_stats; /* atomic */
 	uint64_t d_write_gen; /* atomic: bumped by every write */
 	uint64_t d_flush_gen; /* atomic: d_write_gen as of the last flush */
+	int d_fenced;         /* atomic: self-fenced, every write fails */
 };
 
 /* Open a regular file or block device.  size 0 means "use its size". */
@@ -48,6 +49,8 @@ int dev_flush_if_needed(struct shoal_dev *dev);
 void dev_stats_get(struct shoal_dev *dev, struct shoal_dev_stats *out);
 /* The plain file descriptor for zero-copy I/O by the caller, or -1. */
 int dev_fd(struct shoal_dev *dev);
+/* Stop every write from now on (a node that lost its lock manager). */
+void dev_fence(struct shoal_dev *dev);
 /* Count I/O that a caller did itself on dev_fd() (a write bumps the
  * write generation, so fsync knows it needs a flush). */
 void dev_account(struct shoal_dev *dev, int write, uint64_t bytes);

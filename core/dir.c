@@ -139,7 +139,7 @@ static int ht_block(struct shoal_fs *fs, struct shoal_inode *dp, uint64_t idx,
 		return err;
 	if (pblk == 0)
 		return fs_corrupt(fs, dp->i_ino, "directory hash table has a hole") ? -EIO : -EIO;
-	return buf_read(fs, pblk, SHOAL_MT_HTABLE, b);
+	return buf_read_gen(fs, inode_gen(fs, dp), pblk, SHOAL_MT_HTABLE, b);
 }
 
 static int ht_get(struct shoal_fs *fs, struct shoal_inode *dp, uint64_t idx, uint64_t *leaf)
@@ -175,9 +175,10 @@ static int ht_set_range(struct shoal_fs *fs, struct shoal_inode *dp, uint64_t fi
 	return 0;
 }
 
-static int leaf_read(struct shoal_fs *fs, uint64_t blk, struct shoal_buf **b)
+static int leaf_read(struct shoal_fs *fs, struct shoal_inode *dp, uint64_t blk,
+		     struct shoal_buf **b)
 {
-	int err = buf_read(fs, blk, SHOAL_MT_LEAF, b);
+	int err = buf_read_gen(fs, inode_gen(fs, dp), blk, SHOAL_MT_LEAF, b);
 	if (err)
 		return err;
 	struct shoal_leaf *lf = (void *)(*b)->b_data;
@@ -320,7 +321,7 @@ static int leaf_split(struct shoal_fs *fs, struct shoal_inode *dp, uint64_t idx)
 		return err;
 	err = ht_get(fs, dp, idx, &oblk);
 	if (!err)
-		err = leaf_read(fs, oblk, &ob);
+		err = leaf_read(fs, dp, oblk, &ob);
 	if (err)
 		return err;
 	struct shoal_leaf *olf = (void *)ob->b_data;
@@ -385,7 +386,7 @@ static int prepare_name(struct shoal_fs *fs, struct shoal_inode *dp, uint64_t ha
 		struct shoal_buf *b;
 		err = ht_get(fs, dp, idx, &blk);
 		if (!err)
-			err = leaf_read(fs, blk, &b);
+			err = leaf_read(fs, dp, blk, &b);
 		if (err)
 			return err;
 		struct shoal_leaf *lf = (void *)b->b_data;
@@ -395,7 +396,7 @@ static int prepare_name(struct shoal_fs *fs, struct shoal_inode *dp, uint64_t ha
 		uint64_t next = lf->lf_next;
 		buf_put(fs, b);
 		while (!fits && next) {
-			err = leaf_read(fs, next, &b);
+			err = leaf_read(fs, dp, next, &b);
 			if (err)
 				return err;
 			lf = (void *)b->b_data;
@@ -408,7 +409,7 @@ static int prepare_name(struct shoal_fs *fs, struct shoal_inode *dp, uint64_t ha
 		/* a chained leaf is never split (the chain would keep entries of
 		 * both halves): it only grows its chain */
 		int chained = 0;
-		if (leaf_read(fs, blk, &b) == 0) {
+		if (leaf_read(fs, dp, blk, &b) == 0) {
 			chained = ((struct shoal_leaf *)b->b_data)->lf_next != 0;
 			buf_put(fs, b);
 		}
@@ -424,7 +425,7 @@ static int prepare_name(struct shoal_fs *fs, struct shoal_inode *dp, uint64_t ha
 				if (err)
 					return err;
 				for (;;) {
-					err = leaf_read(fs, last, &lb);
+					err = leaf_read(fs, dp, last, &lb);
 					if (err)
 						return err;
 					uint64_t nx = ((struct shoal_leaf *)lb->b_data)->lf_next;
@@ -467,7 +468,7 @@ static int hashed_find(struct shoal_fs *fs, struct shoal_inode *dp, uint64_t has
 		return err;
 	for (int guard = 0; blk && guard < 1 << 20; guard++) {
 		struct shoal_buf *lb;
-		err = leaf_read(fs, blk, &lb);
+		err = leaf_read(fs, dp, blk, &lb);
 		if (err)
 			return err;
 		struct shoal_leaf *lf = (void *)lb->b_data;
@@ -535,7 +536,7 @@ int dir_add(struct shoal_fs *fs, struct shoal_inode *dp, const char *name, uint6
 			return err;
 		for (;;) {
 			struct shoal_buf *lb;
-			err = leaf_read(fs, blk, &lb);
+			err = leaf_read(fs, dp, blk, &lb);
 			if (err)
 				return err;
 			struct shoal_leaf *lf = (void *)lb->b_data;
@@ -737,7 +738,7 @@ int dir_iterate(struct shoal_fs *fs, struct shoal_inode *dp, uint64_t after, dir
 			goto out;
 		uint32_t ld = 0;
 		for (int first = 1; blk; first = 0) {
-			err = leaf_read(fs, blk, &lb);
+			err = leaf_read(fs, dp, blk, &lb);
 			if (err)
 				goto out;
 			struct shoal_leaf *lf = (void *)lb->b_data;
@@ -780,7 +781,7 @@ int dir_destroy(struct shoal_fs *fs, struct shoal_inode *dp)
 		int err = ht_get(fs, dp, i, &blk);
 		if (err)
 			return err;
-		err = leaf_read(fs, blk, &lb);
+		err = leaf_read(fs, dp, blk, &lb);
 		if (err)
 			return err;
 		uint64_t width = 1ull << (di->di_depth - ((struct shoal_leaf *)lb->b_data)->lf_depth);
@@ -791,7 +792,7 @@ int dir_destroy(struct shoal_fs *fs, struct shoal_inode *dp)
 			return err;
 		di->di_blocks--;
 		while (next) {
-			err = leaf_read(fs, next, &lb);
+			err = leaf_read(fs, dp, next, &lb);
 			if (err)
 				return err;
 			uint64_t nn = ((struct shoal_leaf *)lb->b_data)->lf_next;

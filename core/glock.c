@@ -1,35 +1,90 @@
 /*
- * glock.c - the glock state machine and cache (one table per mount).
+ * glock.c - the glock state machine and cache (one table per mount), the
+ * per-thread operation context, and the demote worker.
  *
- *   UN --gl_nq(SH)--> SH --gl_nq(EX)--> EX      (lm_lock: a lock module request)
- *   EX --gl_demote(SH)--> SH                     (go_sync, caches kept)
- *   SH/EX --gl_demote(UN)--> UN                  (go_sync, go_inval, lm_unlock)
+ *   UN --hold/acquire--> SH or EX          (lm_lock: a lock module request)
+ *   EX --callback(SH)--> sync --> SH        (caches kept)
+ *   SH/EX --callback(EX)--> kernel notify, sync, invalidate --> UN
  *
- * Invariants (fs_lock):
- *  (1) one struct glock per (type, number);
+ * Invariants (gt_mutex guards every glock field; fs_lock is taken before it):
+ *  (1) one struct glock per (type, number), never freed before unmount;
  *  (2) a granted state is cached after the last holder leaves: the next
- *      gl_nq in the same or a weaker state sends no lock module request;
- *  (3) demotion runs go_sync, then go_inval (unless keeping SH), then
- *      releases, in that order, and only with no local holders.
+ *      hold in the same or a weaker state sends no lock module request;
+ *  (3) at most one lock module request per glock is outstanding
+ *      (GLF_INFLIGHT), and no thread waits for one while holding fs_lock;
+ *  (4) demotion happens only with no local holders, runs go_sync, then
+ *      (to UN) go_inval, both under fs_lock, then tells the lock module;
+ *      while it runs (GLF_DEMOTING) no new holder is admitted;
+ *  (5) the kernel's caches of an inode are invalidated (mo_inval) before a
+ *      glock leaves the node, from the worker thread, never while a holder
+ *      could be waiting for the glock (GLF_DEMOTING is not set yet); if the
+ *      object was used meanwhile, the notification is repeated;
+ *  (6) an operation's holds are taken in (type, number) order whenever it
+ *      may wait, so two nodes never wait for each other in a cycle.
  */
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "internal.h"
 #include "lock.h"
 
+#define OP_MAX 64
+
+struct gl_recovery {
+	uint32_t jid;
+	struct gl_recovery *next;
+};
+
 struct gl_table {
+	pthread_mutex_t gt_mutex;
+	pthread_cond_t gt_cond;   /* state changes: holders, flags, grants */
+	pthread_cond_t gt_wcond;  /* the worker's wake-up */
 	struct glock **gt_hash;
 	uint32_t gt_mask;
 	const struct lm_ops *gt_lm;
+	uint64_t gt_count;
 	uint64_t gt_requests;
+	uint64_t gt_restarts;
+	uint64_t gt_recoveries;
+	struct glock *gt_dlist;   /* glocks with a demote requested */
+	struct gl_recovery *gt_rlist;
+	pthread_t gt_worker;
+	int gt_started;
+	int gt_stop;
 };
+
+struct gl_need {
+	uint32_t type;
+	uint64_t number;
+	int state;
+};
+
+struct op_ctx {
+	struct shoal_fs *fs;
+	int depth;
+	int nheld, nneed;
+	struct glock *held[OP_MAX];
+	struct gl_need need[OP_MAX];
+};
+
+static __thread struct op_ctx op_cur;
+
+uint64_t gl_now_ns(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
 
 const struct lm_ops *lm_find(const char *name)
 {
 	if (!strcmp(name, "nolock"))
 		return &lm_nolock_ops;
+	if (!strncmp(name, "shoal:", 6) || !strncmp(name, "shoal://", 8))
+		return &lm_shoal_ops;
 	return NULL;
 }
 
@@ -38,12 +93,15 @@ int gl_init(struct shoal_fs *fs, const struct lm_ops *lm)
 	struct gl_table *gt = calloc(1, sizeof(*gt));
 	if (!gt)
 		return -ENOMEM;
-	gt->gt_mask = 4095;
+	gt->gt_mask = 65535;
 	gt->gt_hash = calloc(gt->gt_mask + 1, sizeof(*gt->gt_hash));
 	if (!gt->gt_hash) {
 		free(gt);
 		return -ENOMEM;
 	}
+	pthread_mutex_init(&gt->gt_mutex, NULL);
+	pthread_cond_init(&gt->gt_cond, NULL);
+	pthread_cond_init(&gt->gt_wcond, NULL);
 	gt->gt_lm = lm;
 	fs->fs_gl = gt;
 	return 0;
@@ -54,6 +112,7 @@ void gl_destroy(struct shoal_fs *fs)
 	struct gl_table *gt = fs->fs_gl;
 	if (!gt)
 		return;
+	gl_stop(fs);
 	for (uint32_t i = 0; i <= gt->gt_mask; i++) {
 		struct glock *gl = gt->gt_hash[i], *n;
 		for (; gl; gl = n) {
@@ -63,7 +122,15 @@ void gl_destroy(struct shoal_fs *fs)
 			free(gl);
 		}
 	}
+	while (gt->gt_rlist) {
+		struct gl_recovery *r = gt->gt_rlist;
+		gt->gt_rlist = r->next;
+		free(r);
+	}
 	free(gt->gt_hash);
+	pthread_cond_destroy(&gt->gt_cond);
+	pthread_cond_destroy(&gt->gt_wcond);
+	pthread_mutex_destroy(&gt->gt_mutex);
 	free(gt);
 	fs->fs_gl = NULL;
 }
@@ -74,69 +141,572 @@ static uint32_t gl_slot(struct gl_table *gt, uint32_t type, uint64_t number)
 	return (uint32_t)(h >> 32) & gt->gt_mask;
 }
 
-int gl_nq(struct shoal_fs *fs, uint32_t type, uint64_t number, int state, int flags,
-	  struct glock **out)
+/* gt_mutex held */
+static uint64_t gen_next(struct gl_table *gt)
 {
-	struct gl_table *gt = fs->fs_gl;
+	static uint64_t gens; /* unique across mounts of the process too */
+	(void)gt;
+	return __atomic_add_fetch(&gens, 1, __ATOMIC_RELAXED);
+}
+
+/* gt_mutex held; NULL only without memory */
+static struct glock *gl_find(struct gl_table *gt, uint32_t type, uint64_t number, int create)
+{
 	uint32_t s = gl_slot(gt, type, number);
 	struct glock *gl = gt->gt_hash[s];
 
 	while (gl && (gl->gl_type != type || gl->gl_number != number))
 		gl = gl->gl_hnext;
-	if (!gl) {
-		gl = calloc(1, sizeof(*gl));
-		if (!gl)
-			return -ENOMEM;
-		gl->gl_type = type;
-		gl->gl_number = number;
-		gl->gl_ops = glops_for(type);
-		gl->gl_hnext = gt->gt_hash[s];
-		gt->gt_hash[s] = gl;
+	if (gl || !create)
+		return gl;
+	gl = calloc(1, sizeof(*gl));
+	if (!gl)
+		return NULL;
+	gl->gl_type = type;
+	gl->gl_number = number;
+	gl->gl_target = -1;
+	gl->gl_gen = gen_next(gt);
+	gl->gl_ops = glops_for(type);
+	gl->gl_hnext = gt->gt_hash[s];
+	gt->gt_hash[s] = gl;
+	gt->gt_count++;
+	return gl;
+}
+
+struct glock *gl_get(struct shoal_fs *fs, uint32_t type, uint64_t number)
+{
+	struct gl_table *gt = fs->fs_gl;
+	struct glock *gl;
+	pthread_mutex_lock(&gt->gt_mutex);
+	gl = gl_find(gt, type, number, 1);
+	pthread_mutex_unlock(&gt->gt_mutex);
+	return gl;
+}
+
+int gl_have(struct shoal_fs *fs, uint32_t type, uint64_t number, int state)
+{
+	struct gl_table *gt = fs->fs_gl;
+	struct glock *gl;
+	int ok;
+	pthread_mutex_lock(&gt->gt_mutex);
+	gl = gl_find(gt, type, number, 0);
+	ok = gl && gl->gl_state >= state && !(gl->gl_flags & GLF_DEMOTING);
+	pthread_mutex_unlock(&gt->gt_mutex);
+	return ok;
+}
+
+/* gt_mutex held: a hold is granted */
+static void grant_hold(struct glock *gl)
+{
+	gl->gl_holders++;
+	gl->gl_use++;
+}
+
+/* gt_mutex held: queue gl for the worker */
+static void demote_queue(struct gl_table *gt, struct glock *gl, int target)
+{
+	if (gl->gl_flags & GLF_STICKY)
+		return;
+	if (gl->gl_target < 0 || target < gl->gl_target)
+		gl->gl_target = (int8_t)target;
+	if (!(gl->gl_flags & GLF_QUEUED)) {
+		gl->gl_demote_ns = gl_now_ns();
+		gl->gl_flags |= GLF_QUEUED;
+		gl->gl_dnext = gt->gt_dlist;
+		gt->gt_dlist = gl;
 	}
-	gl->gl_qcnt++;
-	if (gl->gl_state < state) {
-		int got = gt->gt_lm->lm_lock(fs, gl, state, flags);
-		gl->gl_dcnt++;
-		gt->gt_requests++;
-		if (got < 0)
-			return got;
+	pthread_cond_signal(&gt->gt_wcond);
+}
+
+/* gt_mutex held: one lock module request, with the mutex dropped meanwhile */
+static int lm_request(struct shoal_fs *fs, struct glock *gl, int state, int flags)
+{
+	struct gl_table *gt = fs->fs_gl;
+	uint64_t t0 = gl_now_ns();
+	int got;
+
+	gl->gl_flags |= GLF_INFLIGHT;
+	pthread_mutex_unlock(&gt->gt_mutex);
+	got = gt->gt_lm->lm_lock(fs, gl, state, flags);
+	pthread_mutex_lock(&gt->gt_mutex);
+	gl->gl_flags &= ~GLF_INFLIGHT;
+	gl->gl_dcnt++;
+	gl->gl_rtt_ns += gl_now_ns() - t0;
+	gt->gt_requests++;
+	fs->fs_ctr.sc_gl_requests++;
+	if (got >= 0) {
+		if (got > gl->gl_state || gl->gl_state == GL_UN)
+			gl->gl_granted_ns = gl_now_ns();
 		gl->gl_state = (uint8_t)got;
 	}
-	gl->gl_holders++;
-	*out = gl;
+	pthread_cond_broadcast(&gt->gt_cond);
+	return got;
+}
+
+int gl_acquire(struct shoal_fs *fs, uint32_t type, uint64_t number, int state, int flags,
+	       struct glock **out)
+{
+	struct gl_table *gt = fs->fs_gl;
+	struct glock *gl;
+	int err = 0;
+
+	pthread_mutex_lock(&gt->gt_mutex);
+	gl = gl_find(gt, type, number, 1);
+	if (!gl) {
+		pthread_mutex_unlock(&gt->gt_mutex);
+		return -ENOMEM;
+	}
+	gl->gl_qcnt++;
+	for (;;) {
+		if (!(gl->gl_flags & (GLF_INFLIGHT | GLF_DEMOTING)) && gl->gl_state >= state) {
+			grant_hold(gl);
+			break;
+		}
+		if (gl->gl_flags & (GLF_INFLIGHT | GLF_DEMOTING)) {
+			if (flags & GL_TRY) {
+				err = -EAGAIN;
+				break;
+			}
+			pthread_cond_wait(&gt->gt_cond, &gt->gt_mutex);
+			continue;
+		}
+		if (gl->gl_state != GL_UN && gt->gt_lm->lm_cluster) {
+			/*
+			 * No up-conversion at the lock manager (two nodes
+			 * converting SH->EX would wait for each other): give
+			 * the lock back through the worker, which also clears
+			 * the kernel's caches, then ask afresh.
+			 */
+			if (flags & GL_TRY) {
+				err = -EAGAIN;
+				break;
+			}
+			demote_queue(gt, gl, GL_UN);
+			pthread_cond_wait(&gt->gt_cond, &gt->gt_mutex);
+			continue;
+		}
+		int got = lm_request(fs, gl, state, flags);
+		if (got < 0) {
+			err = got;
+			break;
+		}
+	}
+	pthread_mutex_unlock(&gt->gt_mutex);
+	if (!err)
+		*out = gl;
+	return err;
+}
+
+void gl_put(struct shoal_fs *fs, struct glock *gl)
+{
+	struct gl_table *gt = fs->fs_gl;
+	if (!gl)
+		return;
+	pthread_mutex_lock(&gt->gt_mutex);
+	if (gl->gl_holders)
+		gl->gl_holders--;
+	if (!gl->gl_holders) {
+		pthread_cond_broadcast(&gt->gt_cond);
+		if (gl->gl_flags & GLF_QUEUED)
+			pthread_cond_signal(&gt->gt_wcond);
+	}
+	pthread_mutex_unlock(&gt->gt_mutex);
+}
+
+void gl_release(struct shoal_fs *fs, struct glock *gl)
+{
+	struct gl_table *gt = fs->fs_gl;
+	pthread_mutex_lock(&gt->gt_mutex);
+	if (!gl->gl_holders && !(gl->gl_flags & (GLF_INFLIGHT | GLF_DEMOTING)) &&
+	    gl->gl_state != GL_UN) {
+		gt->gt_lm->lm_unlock(fs, gl);
+		gl->gl_state = GL_UN;
+		gl->gl_released_ns = gl_now_ns();
+		pthread_cond_broadcast(&gt->gt_cond);
+	}
+	pthread_mutex_unlock(&gt->gt_mutex);
+}
+
+static int op_holds(struct op_ctx *op, uint32_t type, uint64_t number, int state)
+{
+	for (int i = 0; i < op->nheld; i++) {
+		struct glock *gl = op->held[i];
+		if (gl->gl_type == type && gl->gl_number == number && gl->gl_state >= state)
+			return 1;
+	}
 	return 0;
 }
 
-void gl_dq(struct shoal_fs *fs, struct glock *gl)
+static int op_need(struct op_ctx *op, uint32_t type, uint64_t number, int state)
 {
-	(void)fs;
-	if (gl && gl->gl_holders)
-		gl->gl_holders--;
+	for (int i = 0; i < op->nneed; i++)
+		if (op->need[i].type == type && op->need[i].number == number) {
+			if (state > op->need[i].state)
+				op->need[i].state = state;
+			return -ERESTART;
+		}
+	if (op->nneed == OP_MAX)
+		return -ERESTART; /* asked for again by the next run */
+	op->need[op->nneed++] = (struct gl_need){type, number, state};
+	return -ERESTART;
 }
 
-int gl_demote(struct shoal_fs *fs, struct glock *gl, int to_state)
+int gl_hold(struct shoal_fs *fs, uint32_t type, uint64_t number, int state)
 {
-	int err = 0;
+	struct gl_table *gt = fs->fs_gl;
+	struct op_ctx *op = &op_cur;
+	int inop = op->depth > 0 && op->fs == fs;
+	struct glock *gl;
 
-	gl->gl_callbacks++;
-	if (gl->gl_holders)
-		return -EBUSY;
-	if (gl->gl_state <= to_state)
+	if (inop && op_holds(op, type, number, state))
 		return 0;
-	if (gl->gl_ops && gl->gl_ops->go_sync)
+	pthread_mutex_lock(&gt->gt_mutex);
+	gl = gl_find(gt, type, number, 1);
+	if (!gl) {
+		pthread_mutex_unlock(&gt->gt_mutex);
+		return -ENOMEM;
+	}
+	gl->gl_qcnt++;
+	if (!(gl->gl_flags & (GLF_INFLIGHT | GLF_DEMOTING)) && gl->gl_state < state &&
+	    (gl->gl_state == GL_UN || !gt->gt_lm->lm_cluster)) {
+		/* a try-lock never waits for another node: fine under fs_lock */
+		int got = lm_request(fs, gl, state, GL_TRY);
+		if (got < 0 && got != -EAGAIN) {
+			pthread_mutex_unlock(&gt->gt_mutex);
+			return got;
+		}
+	}
+	if (!(gl->gl_flags & (GLF_INFLIGHT | GLF_DEMOTING)) && gl->gl_state >= state) {
+		/* kept until the operation ends; with the list full, fs_lock
+		 * alone keeps it (the worker needs fs_lock to demote) */
+		if (inop && op->nheld < OP_MAX) {
+			grant_hold(gl);
+			op->held[op->nheld++] = gl;
+		} else {
+			gl->gl_use++;
+		}
+		pthread_mutex_unlock(&gt->gt_mutex);
+		return 0;
+	}
+	pthread_mutex_unlock(&gt->gt_mutex);
+	if (!inop) {
+		/* outside an operation (mount, tools): plain blocking acquire */
+		int err = gl_acquire(fs, type, number, state, 0, &gl);
+		if (!err)
+			gl_put(fs, gl);
+		return err;
+	}
+	return op_need(op, type, number, state);
+}
+
+void op_begin(struct shoal_fs *fs)
+{
+	struct op_ctx *op = &op_cur;
+	if (op->depth++ == 0) {
+		op->fs = fs;
+		op->nheld = op->nneed = 0;
+	}
+}
+
+static void op_drop(struct shoal_fs *fs, struct op_ctx *op)
+{
+	for (int i = 0; i < op->nheld; i++)
+		gl_put(fs, op->held[i]);
+	op->nheld = 0;
+}
+
+static int need_cmp(const void *a, const void *b)
+{
+	const struct gl_need *x = a, *y = b;
+	if (x->type != y->type)
+		return x->type < y->type ? -1 : 1;
+	if (x->number != y->number)
+		return x->number < y->number ? -1 : 1;
+	return 0;
+}
+
+int op_wait(struct shoal_fs *fs)
+{
+	struct op_ctx *op = &op_cur;
+	struct gl_need all[OP_MAX * 2];
+	int n = 0, err = 0;
+
+	if (op->depth != 1 || op->fs != fs)
+		return -EDEADLK; /* only the outermost operation may wait */
+	for (int i = 0; i < op->nheld; i++)
+		all[n++] = (struct gl_need){op->held[i]->gl_type, op->held[i]->gl_number,
+					    op->held[i]->gl_state};
+	for (int i = 0; i < op->nneed; i++)
+		all[n++] = op->need[i];
+	op_drop(fs, op);
+	op->nneed = 0;
+	qsort(all, (size_t)n, sizeof(all[0]), need_cmp);
+	pthread_mutex_lock(&fs->fs_gl->gt_mutex);
+	fs->fs_gl->gt_restarts++;
+	pthread_mutex_unlock(&fs->fs_gl->gt_mutex);
+	for (int i = 0; i < n && !err; i++) {
+		struct glock *gl;
+		int st = all[i].state;
+		while (i + 1 < n && !need_cmp(&all[i], &all[i + 1])) {
+			i++;
+			if (all[i].state > st)
+				st = all[i].state;
+		}
+		if (op->nheld == OP_MAX)
+			break;
+		err = gl_acquire(fs, all[i].type, all[i].number, st, 0, &gl);
+		if (!err)
+			op->held[op->nheld++] = gl;
+	}
+	if (err)
+		op_drop(fs, op);
+	return err;
+}
+
+void op_end(struct shoal_fs *fs)
+{
+	struct op_ctx *op = &op_cur;
+	if (op->depth > 0 && --op->depth == 0) {
+		op_drop(fs, op);
+		op->nneed = 0;
+		op->fs = NULL;
+	}
+}
+
+/* --- callbacks from the lock module ------------------------------------- */
+
+void gl_cb(struct shoal_fs *fs, uint32_t type, uint64_t number, int wanted)
+{
+	struct gl_table *gt = fs->fs_gl;
+	struct glock *gl;
+	uint64_t now = gl_now_ns();
+
+	pthread_mutex_lock(&gt->gt_mutex);
+	gl = gl_find(gt, type, number, 0);
+	if (gl) {
+		int target = wanted == GL_SH && gl->gl_state == GL_EX ? GL_SH : GL_UN;
+		uint32_t max = fs->fs_opts.mo_hold_ms;
+		gl->gl_callbacks++;
+		/* adaptive minimum hold: a lock asked back soon after it was
+		 * granted is bouncing between nodes; keep it longer next time */
+		if (max) {
+			if (now - gl->gl_granted_ns < 2000000ull * (gl->gl_hold_ms + 1))
+				gl->gl_hold_ms = gl->gl_hold_ms ? gl->gl_hold_ms * 2 : 1;
+			else
+				gl->gl_hold_ms /= 2;
+			if (gl->gl_hold_ms > max)
+				gl->gl_hold_ms = max;
+		} else {
+			gl->gl_hold_ms = 0;
+		}
+		demote_queue(gt, gl, target);
+	}
+	pthread_mutex_unlock(&gt->gt_mutex);
+}
+
+void gl_recover_cb(struct shoal_fs *fs, uint32_t jid)
+{
+	struct gl_table *gt = fs->fs_gl;
+	struct gl_recovery *r = malloc(sizeof(*r));
+	if (!r)
+		return;
+	r->jid = jid;
+	pthread_mutex_lock(&gt->gt_mutex);
+	r->next = gt->gt_rlist;
+	gt->gt_rlist = r;
+	pthread_cond_signal(&gt->gt_wcond);
+	pthread_mutex_unlock(&gt->gt_mutex);
+}
+
+void gl_fenced_cb(struct shoal_fs *fs, const char *why)
+{
+	dev_fence(fs->fs_dev);
+	fprintf(stderr, "shoal: %s: self-fenced, no further writes to the device\n", why);
+	snprintf(fs->fs_err, sizeof(fs->fs_err), "self-fenced: %s", why);
+	fs->fs_ro = 1;
+	fs->fs_aborted = 1;
+}
+
+/* --- the demote worker --------------------------------------------------- */
+
+/* gt_mutex held: is gl ready to be demoted now?  *due: when it will be */
+static int demote_ready(struct glock *gl, uint64_t now, uint64_t *due)
+{
+	uint64_t at = gl->gl_granted_ns + (uint64_t)gl->gl_hold_ms * 1000000ull;
+	if (gl->gl_flags & GLF_INFLIGHT)
+		return 0;
+	if (now < at) {
+		if (!*due || at < *due)
+			*due = at;
+		return 0;
+	}
+	return !gl->gl_holders;
+}
+
+static void demote_one(struct shoal_fs *fs, struct glock *gl)
+{
+	struct gl_table *gt = fs->fs_gl;
+	int target, tries = 0, err = 0;
+
+	for (;;) {
+		uint64_t use0;
+		pthread_mutex_lock(&gt->gt_mutex);
+		target = gl->gl_target;
+		use0 = gl->gl_use;
+		pthread_mutex_unlock(&gt->gt_mutex);
+		if (target < 0)
+			return;
+		if (target == GL_UN && gl->gl_type == GL_INODE && fs->fs_opts.mo_inval)
+			fs->fs_opts.mo_inval(fs->fs_opts.mo_inval_arg, gl->gl_number);
+		pthread_mutex_lock(&fs->fs_lock);
+		pthread_mutex_lock(&gt->gt_mutex);
+		if (gl->gl_target < 0 || gl->gl_state <= gl->gl_target) {
+			gl->gl_target = -1;
+			pthread_mutex_unlock(&gt->gt_mutex);
+			pthread_mutex_unlock(&fs->fs_lock);
+			return;
+		}
+		if (gl->gl_holders || (gl->gl_flags & GLF_INFLIGHT) ||
+		    (target == GL_UN && gl->gl_use != use0 && tries++ < 5)) {
+			pthread_mutex_unlock(&fs->fs_lock);
+			while (gl->gl_holders || (gl->gl_flags & GLF_INFLIGHT))
+				pthread_cond_wait(&gt->gt_cond, &gt->gt_mutex);
+			pthread_mutex_unlock(&gt->gt_mutex);
+			continue;
+		}
+		target = gl->gl_target;
+		gl->gl_flags |= GLF_DEMOTING;
+		if (target == GL_UN)
+			gl->gl_gen = gen_next(gt); /* every cached copy is old now */
+		pthread_mutex_unlock(&gt->gt_mutex);
+		break;
+	}
+	if (gl->gl_ops->go_demote_ok && !gl->gl_ops->go_demote_ok(fs, gl)) {
+		pthread_mutex_lock(&gt->gt_mutex);
+		gl->gl_flags &= ~GLF_DEMOTING;
+		gl->gl_target = -1;
+		pthread_cond_broadcast(&gt->gt_cond);
+		pthread_mutex_unlock(&gt->gt_mutex);
+		pthread_mutex_unlock(&fs->fs_lock);
+		return;
+	}
+	if (gl->gl_state == GL_EX && gl->gl_ops->go_sync)
 		err = gl->gl_ops->go_sync(fs, gl);
 	if (err)
-		return err;
-	if (to_state == GL_UN && gl->gl_ops && gl->gl_ops->go_inval)
+		fprintf(stderr, "shoal: writing back %s glock %llu before giving it up: %s\n",
+			gl->gl_ops->go_name, (unsigned long long)gl->gl_number, strerror(-err));
+	if (target == GL_UN && gl->gl_ops->go_inval)
 		gl->gl_ops->go_inval(fs, gl);
-	if (to_state == GL_UN)
-		err = fs->fs_gl->gt_lm->lm_unlock(fs, gl);
-	gl->gl_state = (uint8_t)to_state;
+	pthread_mutex_unlock(&fs->fs_lock);
+	if (target == GL_UN)
+		gt->gt_lm->lm_unlock(fs, gl);
+	else
+		gt->gt_lm->lm_lock(fs, gl, target, 0);
+	pthread_mutex_lock(&gt->gt_mutex);
+	gl->gl_state = (uint8_t)target;
+	gl->gl_flags &= ~GLF_DEMOTING;
+	gl->gl_target = -1;
 	gl->gl_demotions++;
-	return err;
+	gl->gl_released_ns = gl_now_ns();
+	pthread_cond_broadcast(&gt->gt_cond);
+	pthread_mutex_unlock(&gt->gt_mutex);
+}
+
+static void *worker(void *arg)
+{
+	struct shoal_fs *fs = arg;
+	struct gl_table *gt = fs->fs_gl;
+
+	pthread_mutex_lock(&gt->gt_mutex);
+	while (!gt->gt_stop) {
+		struct glock **pp, *ready = NULL;
+		uint64_t now = gl_now_ns(), due = 0;
+
+		if (gt->gt_rlist) {
+			struct gl_recovery *r = gt->gt_rlist;
+			gt->gt_rlist = r->next;
+			gt->gt_recoveries++;
+			pthread_mutex_unlock(&gt->gt_mutex);
+			fs_recover_journal(fs, r->jid);
+			free(r);
+			pthread_mutex_lock(&gt->gt_mutex);
+			continue;
+		}
+		for (pp = &gt->gt_dlist; *pp; pp = &(*pp)->gl_dnext)
+			if (demote_ready(*pp, now, &due)) {
+				ready = *pp;
+				*pp = ready->gl_dnext;
+				ready->gl_flags &= ~GLF_QUEUED;
+				break;
+			}
+		if (ready) {
+			pthread_mutex_unlock(&gt->gt_mutex);
+			demote_one(fs, ready);
+			pthread_mutex_lock(&gt->gt_mutex);
+			continue;
+		}
+		if (due) {
+			struct timespec ts;
+			uint64_t wait = due > now ? due - now : 0;
+			clock_gettime(CLOCK_REALTIME, &ts);
+			uint64_t t = (uint64_t)ts.tv_nsec + wait;
+			ts.tv_sec += (time_t)(t / 1000000000ull);
+			ts.tv_nsec = (long)(t % 1000000000ull);
+			pthread_cond_timedwait(&gt->gt_wcond, &gt->gt_mutex, &ts);
+		} else {
+			pthread_cond_wait(&gt->gt_wcond, &gt->gt_mutex);
+		}
+	}
+	pthread_mutex_unlock(&gt->gt_mutex);
+	return NULL;
+}
+
+int gl_start(struct shoal_fs *fs)
+{
+	struct gl_table *gt = fs->fs_gl;
+	if (!gt->gt_lm->lm_cluster || gt->gt_started)
+		return 0;
+	if (pthread_create(&gt->gt_worker, NULL, worker, fs))
+		return -EAGAIN;
+	gt->gt_started = 1;
+	return 0;
+}
+
+void gl_stop(struct shoal_fs *fs)
+{
+	struct gl_table *gt = fs->fs_gl;
+	if (!gt || !gt->gt_started)
+		return;
+	pthread_mutex_lock(&gt->gt_mutex);
+	gt->gt_stop = 1;
+	pthread_cond_broadcast(&gt->gt_wcond);
+	pthread_mutex_unlock(&gt->gt_mutex);
+	pthread_join(gt->gt_worker, NULL);
+	gt->gt_started = 0;
 }
 
 uint64_t gl_requests(struct shoal_fs *fs)
 {
 	return fs->fs_gl ? fs->fs_gl->gt_requests : 0;
+}
+
+void gl_get_stats(struct shoal_fs *fs, struct gl_stats *st)
+{
+	struct gl_table *gt = fs->fs_gl;
+	memset(st, 0, sizeof(*st));
+	if (!gt)
+		return;
+	pthread_mutex_lock(&gt->gt_mutex);
+	for (uint32_t i = 0; i <= gt->gt_mask; i++)
+		for (struct glock *gl = gt->gt_hash[i]; gl; gl = gl->gl_hnext) {
+			st->gs_glocks++;
+			st->gs_requests += gl->gl_dcnt;
+			st->gs_local += gl->gl_qcnt;
+			st->gs_callbacks += gl->gl_callbacks;
+			st->gs_demotions += gl->gl_demotions;
+			st->gs_rtt_ns += gl->gl_rtt_ns;
+		}
+	st->gs_restarts = gt->gt_restarts;
+	st->gs_recoveries = gt->gt_recoveries;
+	pthread_mutex_unlock(&gt->gt_mutex);
 }

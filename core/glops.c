@@ -1,41 +1,75 @@
 /*
  * glops.c - per-type glock policy: what a node writes back before it gives a
- * lock up (go_sync) and what it drops from its caches (go_inval).
+ * lock up (go_sync), what it drops from its caches (go_inval), and whether
+ * it may give it up at all (go_demote_ok).
  *
  * Invariants:
  *  (1) after go_sync of an inode or resource-group glock, every change this
  *      node made under it is in a committed, checkpointed journal
- *      transaction, so another node reading the home blocks sees it;
- *  (2) after go_inval, no cached buffer of the object remains.
- *
- * One node (nolock) never demotes; these run when a lock module asks.
+ *      transaction, so another node reading the home blocks sees it, and
+ *      this node's journal holds nothing a replay could write over them;
+ *  (2) after go_inval, no cached copy of the object is used again: the
+ *      glock's generation changes (glock.c), so every buffer read under the
+ *      old one is read again, the in-memory dinode included;
+ *  (3) an iopen glock stays while the inode is in use on this node: that
+ *      is how other nodes know not to free it.
  */
 #include "internal.h"
 #include "lock.h"
 
 static int sync_journal(struct shoal_fs *fs, struct glock *gl)
 {
+	int err = 0;
 	(void)gl;
-	/* Coarse but correct: the whole log, then write home.  Per-object
-	 * flushing is for when several nodes share the device. */
-	return jnl_checkpoint(fs);
+	if (fs->fs_ro)
+		return 0;
+	/* Coarse but correct: the whole log, then write home. */
+	if (fs->fs_j.j_tcount)
+		err = jnl_commit(fs);
+	if (!err && fs->fs_j.j_ckpt_count)
+		err = jnl_checkpoint(fs);
+	return err;
 }
 
-static void inval_block(struct shoal_fs *fs, struct glock *gl)
+static void inval_rgrp(struct shoal_fs *fs, struct glock *gl)
 {
-	buf_forget(fs, gl->gl_number);
+	/* the generation changes (glock.c): the header is read again */
+	(void)fs;
+	(void)gl;
+}
+
+static void inval_inode(struct shoal_fs *fs, struct glock *gl)
+{
+	(void)fs;
+	(void)gl;
+}
+
+static int iopen_demote_ok(struct shoal_fs *fs, struct glock *gl)
+{
+	struct shoal_inode *ip = inode_find(fs, gl->gl_number);
+	int busy = 0;
+	if (ip) {
+		busy = ip->i_nlookup || ip->i_open;
+		inode_put(fs, ip);
+	}
+	return !busy;
 }
 
 static const struct gl_ops inode_glops = {
 	.go_sync = sync_journal,
-	.go_inval = inval_block,
+	.go_inval = inval_inode,
 	.go_name = "inode",
 };
 
 static const struct gl_ops rgrp_glops = {
 	.go_sync = sync_journal,
-	.go_inval = inval_block,
+	.go_inval = inval_rgrp,
 	.go_name = "rgrp",
+};
+
+static const struct gl_ops iopen_glops = {
+	.go_demote_ok = iopen_demote_ok,
+	.go_name = "iopen",
 };
 
 static const struct gl_ops plain_glops = {
@@ -49,6 +83,8 @@ const struct gl_ops *glops_for(uint32_t type)
 		return &inode_glops;
 	case GL_RGRP:
 		return &rgrp_glops;
+	case GL_IOPEN:
+		return &iopen_glops;
 	default:
 		return &plain_glops;
 	}

@@ -21,6 +21,7 @@
 #include <time.h>
 
 #include "internal.h"
+#include "lock.h"
 #include "meta.h"
 
 
@@ -79,6 +80,30 @@ int inode_check(struct shoal_fs *fs, struct shoal_buf *b)
 	return 0;
 }
 
+uint64_t inode_gen(struct shoal_fs *fs, struct shoal_inode *ip)
+{
+	return ip->i_gl ? __atomic_load_n(&ip->i_gl->gl_gen, __ATOMIC_RELAXED) : 0;
+}
+
+/* Cluster: the dinode was read under an older grant of its glock. */
+static int inode_refresh(struct shoal_fs *fs, struct shoal_inode *ip)
+{
+	uint64_t gen = inode_gen(fs, ip);
+	struct shoal_buf *b;
+	int err;
+
+	if (ip->i_gen == gen)
+		return 0;
+	err = buf_read_gen(fs, gen, ip->i_ino, SHOAL_MT_DINODE, &b);
+	if (err)
+		return err;
+	buf_put(fs, b); /* the same buffer as i_bh, re-read in place */
+	if (inode_check(fs, b))
+		return -EIO;
+	ip->i_gen = gen;
+	return 0;
+}
+
 struct shoal_inode *inode_find(struct shoal_fs *fs, uint64_t ino)
 {
 	struct shoal_inode *ip = ih_find(fs, ino);
@@ -93,16 +118,27 @@ int inode_get(struct shoal_fs *fs, uint64_t ino, struct shoal_inode **out)
 	struct shoal_buf *b;
 	int err;
 
+	struct glock *gl = NULL;
+
 	if (ip) {
 		if (ip->i_freed)
 			return -ESTALE;
+		if (fs->fs_cluster) {
+			err = inode_refresh(fs, ip);
+			if (err)
+				return err;
+		}
 		ip->i_ref++;
 		*out = ip;
 		return 0;
 	}
 	if (ino < fs->fs_sb.sb_rgfirst || ino >= fs->fs_sb.sb_blocks - 1)
 		return -ESTALE;
-	err = buf_read(fs, ino, SHOAL_MT_DINODE, &b);
+	gl = gl_get(fs, GL_INODE, ino);
+	if (!gl)
+		return -ENOMEM;
+	uint64_t gen = __atomic_load_n(&gl->gl_gen, __ATOMIC_RELAXED);
+	err = buf_read_gen(fs, gen, ino, SHOAL_MT_DINODE, &b);
 	if (err)
 		return err;
 	err = inode_check(fs, b);
@@ -119,6 +155,8 @@ int inode_get(struct shoal_fs *fs, uint64_t ino, struct shoal_inode **out)
 	ip->i_ino = ino;
 	ip->i_bh = b;
 	ip->i_ref = 1;
+	ip->i_gl = gl;
+	ip->i_gen = gen;
 	/*
 	 * What an evicted inode knew is gone: assume the worst, so that fsync
 	 * still commits its dinode if the running transaction holds it, and
@@ -132,8 +170,55 @@ int inode_get(struct shoal_fs *fs, uint64_t ino, struct shoal_inode **out)
 	return 0;
 }
 
+static void orphan_queue(struct shoal_fs *fs, uint64_t ino)
+{
+	for (uint32_t i = 0; i < fs->fs_norphans; i++)
+		if (fs->fs_orphans[i] == ino)
+			return;
+	if (fs->fs_norphans == fs->fs_orphans_cap) {
+		uint32_t cap = fs->fs_orphans_cap ? fs->fs_orphans_cap * 2 : 64;
+		uint64_t *n = realloc(fs->fs_orphans, cap * sizeof(*n));
+		if (!n)
+			return; /* freed at the next mount */
+		fs->fs_orphans = n;
+		fs->fs_orphans_cap = cap;
+	}
+	fs->fs_orphans[fs->fs_norphans++] = ino;
+	pthread_cond_signal(&fs->fs_commit_cond);
+}
+
+/*
+ * Cluster: the last user on this node let go of an unlinked inode.  Free it
+ * if no other node has it open (iopen try-lock EX) and this node holds what
+ * freeing needs (its glock and every group); otherwise the commit thread
+ * frees it later (inode_free_orphans), or the last node using it does.
+ */
+static void inode_free_cluster(struct shoal_fs *fs, struct shoal_inode *ip)
+{
+	struct glock *io = gl_get(fs, GL_IOPEN, ip->i_ino), *g;
+	int have = gl_have(fs, GL_INODE, ip->i_ino, GL_EX);
+
+	for (uint32_t i = 0; have && i < fs->fs_rgcount; i++)
+		have = gl_have(fs, GL_RGRP, fs->fs_rgds[i].rd_addr, GL_EX);
+	if (!have || !io) {
+		orphan_queue(fs, ip->i_ino);
+		return;
+	}
+	gl_release(fs, io); /* our SH, if we had it: no up-conversion */
+	if (gl_acquire(fs, GL_IOPEN, ip->i_ino, GL_EX, GL_TRY, &g))
+		return; /* open on another node: that node frees it */
+	inode_destroy(fs, ip);
+	gl_put(fs, g);
+}
+
 static void inode_evict(struct shoal_fs *fs, struct shoal_inode *ip)
 {
+	if (fs->fs_cluster) {
+		/* no longer in use here: another node may free it now */
+		struct glock *io = gl_get(fs, GL_IOPEN, ip->i_ino);
+		if (io)
+			gl_release(fs, io);
+	}
 	if (!ip->i_freed)
 		ih_del(fs, ip);
 	buf_put(fs, ip->i_bh);
@@ -148,7 +233,10 @@ void inode_put(struct shoal_fs *fs, struct shoal_inode *ip)
 	if (--ip->i_ref == 0 && ip->i_nlookup == 0 && ip->i_open == 0) {
 		if (!ip->i_freed && ip_di(ip)->di_nlink == 0 && !fs->fs_ro) {
 			ip->i_ref++;
-			inode_destroy(fs, ip);
+			if (fs->fs_cluster)
+				inode_free_cluster(fs, ip);
+			else
+				inode_destroy(fs, ip);
 			ip->i_ref--;
 		}
 		inode_evict(fs, ip);
@@ -181,8 +269,8 @@ void inode_touch(struct shoal_inode *ip, int atime, int mtime, int ctime)
 		di->di_ctime = t;
 }
 
-int inode_alloc(struct shoal_fs *fs, struct shoal_inode *dir, mode_t mode, uid_t uid, gid_t gid,
-		struct shoal_inode **out)
+int inode_alloc(struct shoal_fs *fs, struct shoal_inode *dir, uint64_t want, mode_t mode,
+		uid_t uid, gid_t gid, struct shoal_inode **out)
 {
 	struct shoal_inode *ip;
 	struct shoal_dinode *di;
@@ -191,9 +279,14 @@ int inode_alloc(struct shoal_fs *fs, struct shoal_inode *dir, mode_t mode, uid_t
 	uint32_t got;
 	int err;
 
-	err = rg_alloc(fs, dir ? dir->i_ino : 0, 1, SHOAL_B_DINODE, &blk, &got);
+	err = rg_alloc(fs, want ? want : dir ? dir->i_ino : 0, 1, SHOAL_B_DINODE, &blk, &got);
 	if (err)
 		return err;
+	if (want && blk != want) {
+		/* the block rg_peek chose (and whose glock we hold) was taken */
+		rg_free(fs, blk, 1);
+		return -EAGAIN;
+	}
 	err = buf_new(fs, blk, &b);
 	if (err)
 		goto out_free;
@@ -217,6 +310,9 @@ int inode_alloc(struct shoal_fs *fs, struct shoal_inode *dir, mode_t mode, uid_t
 	ip->i_ino = blk;
 	ip->i_bh = b;
 	ip->i_ref = 1;
+	ip->i_gl = gl_get(fs, GL_INODE, blk);
+	ip->i_gen = inode_gen(fs, ip);
+	b->b_gen = ip->i_gen;
 	ip->i_meta_seq = ip->i_dsync_seq = fs->fs_j.j_seq;
 	inode_touch(ip, 1, 1, 1);
 	di->di_crtime = di->di_mtime;
@@ -298,4 +394,61 @@ int inode_maybe_free(struct shoal_fs *fs, struct shoal_inode *ip)
 	if (ip->i_freed || ip_di(ip)->di_nlink || ip->i_open || ip->i_nlookup)
 		return 0;
 	return inode_destroy(fs, ip);
+}
+
+/* One queued orphan, inside an operation: 0, -ERESTART or -errno. */
+static int orphan_free_one(struct shoal_fs *fs, uint64_t ino)
+{
+	struct shoal_inode *ip;
+	struct glock *g;
+	int err = gl_hold(fs, GL_INODE, ino, GL_EX);
+
+	if (!err)
+		err = rg_hold_all(fs);
+	if (err)
+		return err;
+	ip = inode_find(fs, ino);
+	if (ip) { /* back in use here: its last user frees it */
+		inode_put(fs, ip);
+		return 0;
+	}
+	err = inode_get(fs, ino, &ip);
+	if (err)
+		return err == -ESTALE ? 0 : err;
+	if (ip_di(ip)->di_nlink == 0 && !ip->i_freed) {
+		struct glock *io = gl_get(fs, GL_IOPEN, ino);
+		if (io)
+			gl_release(fs, io);
+		if (gl_acquire(fs, GL_IOPEN, ino, GL_EX, GL_TRY, &g) == 0) {
+			err = inode_destroy(fs, ip);
+			gl_put(fs, g);
+		}
+	}
+	ip->i_ref--;
+	if (ip->i_ref == 0 && ip->i_nlookup == 0 && ip->i_open == 0)
+		inode_evict(fs, ip);
+	return err;
+}
+
+void inode_free_orphans(struct shoal_fs *fs)
+{
+	for (;;) {
+		uint64_t ino;
+		int err;
+
+		pthread_mutex_lock(&fs->fs_lock);
+		if (!fs->fs_norphans || fs->fs_ro) {
+			pthread_mutex_unlock(&fs->fs_lock);
+			return;
+		}
+		ino = fs->fs_orphans[--fs->fs_norphans];
+		pthread_mutex_unlock(&fs->fs_lock);
+		op_begin(fs);
+		do {
+			pthread_mutex_lock(&fs->fs_lock);
+			err = orphan_free_one(fs, ino);
+			pthread_mutex_unlock(&fs->fs_lock);
+		} while (err == -ERESTART && op_wait(fs) == 0);
+		op_end(fs);
+	}
 }

@@ -17,6 +17,9 @@
 #include "shoal/ondisk.h"
 #include "shoal/shoal.h"
 
+struct glock;
+struct gl_table;
+
 /* --- buffer cache (buf.c) ---------------------------------------------- */
 
 #define BUF_DIRTY 0x1  /* in the running transaction: must be logged */
@@ -34,6 +37,7 @@ struct shoal_buf {
 	struct shoal_buf *b_tnext;              /* running transaction list */
 	struct shoal_buf *b_cprev, *b_cnext;    /* checkpoint list */
 	uint64_t b_seq;                         /* transaction that last logged it */
+	uint64_t b_gen;  /* owner glock's generation when read (cluster) */
 };
 
 struct shoal_bcache {
@@ -56,6 +60,7 @@ struct shoal_rgd {
 	uint32_t rd_pending; /* freed blocks not yet reusable (see rgrp.c (2)) */
 	uint8_t *rd_pend_map; /* 1 bit per block, NULL when none pending */
 	uint32_t rd_last;    /* next-fit cursor */
+	struct glock *rd_gl; /* its glock (type 3, number rd_addr) */
 };
 
 /* --- inodes (inode.c) --------------------------------------------------- */
@@ -70,6 +75,8 @@ struct shoal_inode {
 	uint64_t i_dsync_seq;   /* same, for changes fdatasync must commit */
 	uint64_t i_data_gen;    /* dev write generation of its last data write */
 	int i_freed;            /* destroyed: out of the hash, blocks freed */
+	struct glock *i_gl;     /* its inode glock (cache generation) */
+	uint64_t i_gen;         /* i_gl's generation the dinode was read at */
 	/* Held shared while data moves outside fs_lock (reads), exclusive
 	 * while blocks are freed from under the mapping (truncate, punch).
 	 * Lock order: i_iolock before fs_lock. */
@@ -122,8 +129,16 @@ struct shoal_fs {
 	int fs_commit_started;
 
 	struct shoal_counters fs_ctr; /* fs_lock (read without it: racy is fine) */
-	struct gl_table *fs_gl;       /* fs_lock: glock cache (glock.c) */
+	struct gl_table *fs_gl;       /* glock cache (glock.c, its own mutex) */
 	const struct lm_ops *fs_lm;   /* lock module */
+	int fs_cluster;               /* several nodes may mount (lm_cluster) */
+	uint32_t fs_jid;              /* this node's journal */
+	void *fs_lm_priv;             /* the lock module's connection */
+	struct glock *fs_jgl;         /* this node's journal glock, held EX */
+	uint64_t *fs_orphans;         /* fs_lock: unlinked inodes to free later */
+	uint32_t fs_norphans, fs_orphans_cap;
+	uint64_t fs_statfs_ns;        /* statfs: when other groups were last read */
+	uint64_t fs_statfs_free;
 };
 
 struct gl_ops;
@@ -136,6 +151,8 @@ static inline struct shoal_dinode *ip_di(struct shoal_inode *ip)
 
 /* Report a corrupt block once and count it; returns -EUCLEAN. */
 int fs_corrupt(struct shoal_fs *fs, uint64_t blkno, const char *what);
+/* Replay the journal of a dead node (worker thread; takes its locks). */
+int fs_recover_journal(struct shoal_fs *fs, uint32_t jid);
 /* Turn the mount read-only after a shared structure failed. */
 void fs_error(struct shoal_fs *fs, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
@@ -147,6 +164,10 @@ int buf_read(struct shoal_fs *fs, uint64_t blkno, uint16_t type, struct shoal_bu
 /* A block about to be filled from scratch: zeroed, not read. */
 int buf_new(struct shoal_fs *fs, uint64_t blkno, struct shoal_buf **out);
 void buf_put(struct shoal_fs *fs, struct shoal_buf *b);
+/* buf_read for a block owned by a glock: a cached copy read under an older
+ * generation of that glock is read again (another node may have changed it). */
+int buf_read_gen(struct shoal_fs *fs, uint64_t gen, uint64_t blkno, uint16_t type,
+		 struct shoal_buf **out);
 /* Drop a cached block that was freed (no longer metadata). */
 void buf_forget(struct shoal_fs *fs, uint64_t blkno);
 void buf_shrink(struct shoal_fs *fs);
@@ -184,6 +205,17 @@ int rg_get_state(struct shoal_fs *fs, uint64_t blkno, int *state);
 /* Blocks freed in committed transactions become reusable after checkpoint. */
 void rg_release_pending(struct shoal_fs *fs);
 uint64_t rg_free_total(struct shoal_fs *fs);
+/* Cluster: hold groups with room for nalloc blocks (0 / -ERESTART / -errno). */
+int rg_reserve(struct shoal_fs *fs, uint64_t nalloc);
+/* Cluster: hold every group EX (before freeing blocks anywhere). */
+int rg_hold_all(struct shoal_fs *fs);
+/* Cluster: hold the group of blkno EX. */
+int rg_hold_of(struct shoal_fs *fs, uint64_t blkno);
+/* The block rg_alloc(goal, 1, DINODE) would return, without taking it. */
+int rg_peek(struct shoal_fs *fs, uint64_t goal, uint64_t *blk);
+/* Free blocks of the whole filesystem for statfs (other nodes' groups read
+ * from disk at most once a second). */
+uint64_t rg_statfs_free(struct shoal_fs *fs);
 uint64_t rg_pending_total(struct shoal_fs *fs);
 /* Free UNLINKED dinodes nobody has open (mount time). */
 int rg_reap_unlinked(struct shoal_fs *fs, uint32_t *reaped);
@@ -193,8 +225,13 @@ int inode_get(struct shoal_fs *fs, uint64_t ino, struct shoal_inode **out);
 void inode_put(struct shoal_fs *fs, struct shoal_inode *ip);
 /* The in-memory inode, referenced, or NULL: never reads the disk. */
 struct shoal_inode *inode_find(struct shoal_fs *fs, uint64_t ino);
-int inode_alloc(struct shoal_fs *fs, struct shoal_inode *dir, mode_t mode, uid_t uid, gid_t gid,
-		struct shoal_inode **out);
+/* want: the dinode block (from rg_peek, its glock held EX), 0: any */
+int inode_alloc(struct shoal_fs *fs, struct shoal_inode *dir, uint64_t want, mode_t mode,
+		uid_t uid, gid_t gid, struct shoal_inode **out);
+/* The generation an inode's metadata buffers must carry (cluster). */
+uint64_t inode_gen(struct shoal_fs *fs, struct shoal_inode *ip);
+/* Free the unlinked inodes queued while their groups were elsewhere. */
+void inode_free_orphans(struct shoal_fs *fs);
 void inode_dirty(struct shoal_fs *fs, struct shoal_inode *ip, int dsync);
 void inode_stat(struct shoal_fs *fs, struct shoal_inode *ip, struct stat *st);
 void inode_touch(struct shoal_inode *ip, int atime, int mtime, int ctime);

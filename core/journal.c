@@ -242,6 +242,11 @@ int trans_begin_alloc(struct shoal_fs *fs, uint32_t nblocks, uint64_t nalloc)
 
 	if (fs->fs_ro)
 		return -EROFS;
+	if (nalloc) { /* cluster: groups of our own to allocate from */
+		err = rg_reserve(fs, nalloc);
+		if (err)
+			return err;
+	}
 	/*
 	 * Blocks freed since the last checkpoint may not be reused yet (5);
 	 * when what is free apart from them is short of what the operation may

@@ -4,9 +4,16 @@
  *
  * A glock names one object, (type, number), with GFS2's type numbering.  A
  * node's glock caches the mode the lock module granted (gl_state) after its
- * last local holder leaves, until the lock module asks for it back.  The
- * per-type policy (what to write back before giving a lock up, what to drop
- * from caches) lives in glops.c, joined by struct gl_ops.
+ * last local holder leaves, until the lock module asks for it back (a
+ * blocking callback) and the demote worker gives it back: sync, invalidate,
+ * release.  The per-type policy (what to write back, what to drop) lives in
+ * glops.c, joined by struct gl_ops.
+ *
+ * Operations never wait for a remote node while they hold fs_lock: under
+ * fs_lock they take holds that are granted from the cache (or by a try-lock);
+ * a hold that would have to wait returns -ERESTART, the operation unwinds
+ * before changing anything, op_wait() acquires what it needs in (type,
+ * number) order without fs_lock, and the operation runs again.
  */
 #ifndef SHOAL_LOCK_H
 #define SHOAL_LOCK_H
@@ -15,6 +22,10 @@
 
 struct shoal_fs;
 struct glock;
+
+#ifndef ERESTART
+#define ERESTART 85
+#endif
 
 enum gl_type {
 	GL_NONDISK = 1,
@@ -28,57 +39,124 @@ enum gl_type {
 	GL_TYPES = 10,
 };
 
+/* numbers of GL_NONDISK glocks */
+#define GL_NONDISK_MOUNT 1 /* held EX while a node mounts and checks journals */
+
 /* glock states; lock-manager modes: UN=NL, SH=PR, DF=CW, EX=EX */
 enum gl_state { GL_UN = 0, GL_SH = 1, GL_DF = 2, GL_EX = 3 };
 
-#define GL_TRY 0x1 /* fail with -EAGAIN rather than wait */
+#define GL_TRY 0x1     /* fail with -EAGAIN rather than wait */
+#define GL_TRY_1CB 0x2 /* with GL_TRY: the holders still get one callback */
 
 struct gl_ops {
 	/* write back what this node dirtied under the lock (before demotion) */
 	int (*go_sync)(struct shoal_fs *fs, struct glock *gl);
-	/* drop this node's cached copies (before release, or EX->SH: no) */
+	/* drop this node's cached copies (demotion to UN) */
 	void (*go_inval)(struct shoal_fs *fs, struct glock *gl);
+	/* may the lock be given back now?  (iopen: not while the inode is in use) */
+	int (*go_demote_ok)(struct shoal_fs *fs, struct glock *gl);
 	const char *go_name;
 };
+
+/* gl_flags */
+#define GLF_INFLIGHT 0x1  /* a lock module request is outstanding */
+#define GLF_DEMOTING 0x2  /* the worker is giving it back: no new holders */
+#define GLF_QUEUED 0x4    /* on the demote list */
+#define GLF_STICKY 0x8    /* never given back (this node's journal lock) */
 
 struct glock {
 	uint32_t gl_type;
 	uint64_t gl_number;
 	uint8_t gl_state;     /* granted by the lock module */
-	uint8_t gl_lvb[32];   /* lock value block */
+	int8_t gl_target;     /* demote requested to this state, -1: none */
+	uint32_t gl_flags;
 	uint32_t gl_holders;  /* local holders now */
+	uint64_t gl_gen;      /* cache generation: changes at every invalidation */
+	uint64_t gl_use;      /* holds granted (demote notices new users) */
+	uint64_t gl_granted_ns;  /* when the current state was granted */
+	uint64_t gl_demote_ns;   /* when the demote was requested */
+	uint32_t gl_hold_ms;     /* minimum hold time now (adaptive) */
+	uint64_t gl_released_ns; /* when it was last given back */
+	uint8_t gl_lvb[32];   /* lock value block */
 	uint64_t gl_dcnt;     /* lock module requests */
 	uint64_t gl_qcnt;     /* local holder requests */
 	uint64_t gl_callbacks;
 	uint64_t gl_demotions;
+	uint64_t gl_rtt_ns;   /* total lock module wait */
 	const struct gl_ops *gl_ops;
 	struct glock *gl_hnext;
+	struct glock *gl_dnext; /* demote list */
 };
 
-/* A lock module: nolock (in-process, one node) now, shoal-lockd later. */
+/* A lock module: nolock (in-process, one node) or shoal (shoal-lockd). */
 struct lm_ops {
 	const char *lm_name;
 	/* join the cluster for table "cluster:fsname"; returns the journal id */
 	int (*lm_mount)(struct shoal_fs *fs, const char *table, const char *node,
 			uint32_t *journal);
 	void (*lm_unmount)(struct shoal_fs *fs);
-	/* ask for state; returns the state granted (>= state) or -errno */
+	/* ask for state (or convert down to it); returns the state granted or
+	 * -errno (-EAGAIN: a try failed).  Called without fs_lock. */
 	int (*lm_lock)(struct shoal_fs *fs, struct glock *gl, int state, int flags);
+	/* give the lock up; never waits for the lock manager */
 	int (*lm_unlock)(struct shoal_fs *fs, struct glock *gl);
+	/* journal index has been replayed (recovery of a dead node) */
+	void (*lm_recovery_done)(struct shoal_fs *fs, uint32_t index);
+	int lm_cluster; /* several nodes: demotions and recovery happen */
 };
 
 extern const struct lm_ops lm_nolock_ops;
+extern const struct lm_ops lm_shoal_ops;
 const struct lm_ops *lm_find(const char *name);
 
 struct gl_table;
 int gl_init(struct shoal_fs *fs, const struct lm_ops *lm);
+/* Start / stop the demote worker (a thread that serves no request). */
+int gl_start(struct shoal_fs *fs);
+void gl_stop(struct shoal_fs *fs);
 void gl_destroy(struct shoal_fs *fs);
-/* Take a local hold on (type, number) in at least state; gl_dq gives it back. */
-int gl_nq(struct shoal_fs *fs, uint32_t type, uint64_t number, int state, int flags,
-	  struct glock **out);
-void gl_dq(struct shoal_fs *fs, struct glock *gl);
-/* The lock module asks for a lock back: sync, invalidate, release. */
-int gl_demote(struct shoal_fs *fs, struct glock *gl, int to_state);
+
+/*
+ * Under fs_lock, inside an operation: hold (type, number) in at least state
+ * until the operation ends.  0, -ERESTART (unwind; op_wait), or -errno.
+ */
+int gl_hold(struct shoal_fs *fs, uint32_t type, uint64_t number, int state);
+/* The glock of (type, number), created if needed (fs_lock). */
+struct glock *gl_get(struct shoal_fs *fs, uint32_t type, uint64_t number);
+/* Is it held by this operation (or cached) in at least state? (fs_lock) */
+int gl_have(struct shoal_fs *fs, uint32_t type, uint64_t number, int state);
+
+/*
+ * Operation context (one per thread).  op_begin before the first LOCK,
+ * op_wait after an -ERESTART (without fs_lock: 0 to run again), op_end
+ * after the last UNLOCK (drops the holds).
+ */
+void op_begin(struct shoal_fs *fs);
+int op_wait(struct shoal_fs *fs);
+void op_end(struct shoal_fs *fs);
+
+/* Blocking acquire outside any operation (mount, recovery, unmount); the
+ * hold is dropped with gl_put. */
+int gl_acquire(struct shoal_fs *fs, uint32_t type, uint64_t number, int state, int flags,
+	       struct glock **out);
+void gl_put(struct shoal_fs *fs, struct glock *gl);
+/* Give a glock back now (unmount, or iopen after the inode left memory). */
+void gl_release(struct shoal_fs *fs, struct glock *gl);
+
+/* Lock module callbacks (any thread, must not block): */
+void gl_cb(struct shoal_fs *fs, uint32_t type, uint64_t number, int wanted);
+void gl_recover_cb(struct shoal_fs *fs, uint32_t jid);
+void gl_fenced_cb(struct shoal_fs *fs, const char *why);
+
 uint64_t gl_requests(struct shoal_fs *fs);
+/* per-type and total counters for shoal stat */
+struct gl_stats {
+	uint64_t gs_glocks, gs_requests, gs_local, gs_callbacks, gs_demotions, gs_rtt_ns;
+	uint64_t gs_restarts, gs_recoveries;
+};
+void gl_get_stats(struct shoal_fs *fs, struct gl_stats *st);
+
+/* time in ns (CLOCK_MONOTONIC) */
+uint64_t gl_now_ns(void);
 
 #endif

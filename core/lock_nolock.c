@@ -45,4 +45,5 @@ const struct lm_ops lm_nolock_ops = {
 	.lm_unmount = nolock_unmount,
 	.lm_lock = nolock_lock,
 	.lm_unlock = nolock_unlock,
+	.lm_cluster = 0,
 };

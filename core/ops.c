@@ -79,12 +79,44 @@ static int nochange_flags(struct shoal_inode *ip)
  */
 static int hold(struct shoal_fs *fs, uint64_t ino, int state)
 {
-	struct glock *gl;
-	int err = gl_nq(fs, GL_INODE, ino, state, 0, &gl);
-	if (!err)
-		gl_dq(fs, gl);
-	return err;
+	return gl_hold(fs, GL_INODE, ino, state);
 }
+
+/* Hold the inode's glock in state, then the in-memory inode. */
+static int iget(struct shoal_fs *fs, uint64_t ino, int state, struct shoal_inode **ipp)
+{
+	int err = hold(fs, ino, state);
+	return err ? err : inode_get(fs, ino, ipp);
+}
+
+/* The node uses the inode (the kernel knows it): its iopen glock, SH. */
+static int hold_open(struct shoal_fs *fs, uint64_t ino)
+{
+	return fs->fs_cluster ? gl_hold(fs, GL_IOPEN, ino, GL_SH) : 0;
+}
+
+/*
+ * Run an operation again after it asked for a glock it could not get
+ * without waiting (-ERESTART, before it changed anything): op_wait takes
+ * what it needs without fs_lock (lock.h).
+ */
+#define RUN(fs, call)                                                  \
+	({                                                             \
+		__typeof__(call) r_;                                   \
+		op_begin(fs);                                          \
+		for (;;) {                                             \
+			r_ = (call);                                   \
+			if (r_ != -ERESTART)                           \
+				break;                                 \
+			int w_ = op_wait(fs);                          \
+			if (w_) {                                      \
+				r_ = w_ == -EDEADLK ? -ERESTART : w_;  \
+				break;                                 \
+			}                                              \
+		}                                                      \
+		op_end(fs);                                            \
+		r_;                                                    \
+	})
 
 /* Reference an inode for an operation that will drop fs_lock midway. */
 static int io_get(struct shoal_fs *fs, uint64_t ino, int state, struct shoal_inode **ipp)
@@ -108,7 +140,7 @@ static void io_put(struct shoal_fs *fs, struct shoal_inode *ip)
 /* Blocks an operation may dirty besides allocations. */
 #define RES_META 24
 
-int shoal_lookup(struct shoal_fs *fs, uint64_t parent, const char *name, struct stat *st)
+static int do_lookup(struct shoal_fs *fs, uint64_t parent, const char *name, struct stat *st)
 {
 	struct shoal_inode *dp, *ip;
 	uint64_t ino;
@@ -135,6 +167,10 @@ int shoal_lookup(struct shoal_fs *fs, uint64_t parent, const char *name, struct 
 	else
 		err = dir_lookup(fs, dp, name, &ino, NULL);
 	inode_put(fs, dp);
+	if (!err)
+		err = hold(fs, ino, GL_SH);
+	if (!err)
+		err = hold_open(fs, ino);
 	if (err)
 		goto out;
 	err = inode_get(fs, ino, &ip);
@@ -163,7 +199,7 @@ void shoal_forget(struct shoal_fs *fs, uint64_t ino, uint64_t nlookup)
 	UNLOCK(fs);
 }
 
-int shoal_getattr(struct shoal_fs *fs, uint64_t ino, struct stat *st)
+static int do_getattr(struct shoal_fs *fs, uint64_t ino, struct stat *st)
 {
 	struct shoal_inode *ip;
 	int err;
@@ -179,17 +215,18 @@ int shoal_getattr(struct shoal_fs *fs, uint64_t ino, struct stat *st)
 	return err;
 }
 
-uint64_t shoal_generation(struct shoal_fs *fs, uint64_t ino)
+static int do_generation(struct shoal_fs *fs, uint64_t ino, uint64_t *g)
 {
 	struct shoal_inode *ip;
-	uint64_t g = 0;
+	int err;
 	LOCK(fs);
-	if (inode_get(fs, ino, &ip) == 0) {
-		g = ip_di(ip)->di_generation;
+	err = iget(fs, ino, GL_SH, &ip);
+	if (!err) {
+		*g = ip_di(ip)->di_generation;
 		inode_put(fs, ip);
 	}
 	UNLOCK(fs);
-	return g;
+	return err;
 }
 
 static int setattr_allowed(struct shoal_inode *ip, const struct shoal_ctx *ctx,
@@ -204,7 +241,7 @@ static void set_ts(struct shoal_ts *t, const struct timespec *ts)
 static int setattr_locked(struct shoal_fs *fs, const struct shoal_ctx *ctx, uint64_t ino,
 			  const struct stat *attr, int valid, struct stat *st);
 
-int shoal_setattr(struct shoal_fs *fs, const struct shoal_ctx *ctx, uint64_t ino,
+static int do_setattr(struct shoal_fs *fs, const struct shoal_ctx *ctx, uint64_t ino,
 		  const struct stat *attr, int valid, struct stat *st)
 {
 	struct shoal_inode *ip;
@@ -260,6 +297,8 @@ static int setattr_locked(struct shoal_fs *fs, const struct shoal_ctx *ctx, uint
 		}
 	}
 	err = setattr_allowed(ip, ctx, attr, valid);
+	if (!err && (valid & SHOAL_SET_SIZE) && (uint64_t)attr->st_size < di->di_size)
+		err = rg_hold_all(fs); /* blocks may be freed in any group */
 	if (err)
 		goto out_put;
 	err = trans_begin(fs, trans_rg_blocks(fs) + RES_META);
@@ -405,6 +444,17 @@ static int make_node(struct shoal_fs *fs, const struct shoal_ctx *ctx, uint64_t 
 				1 + (target ? (strlen(target) >> fs->fs_bshift) + 1 : 0));
 	if (err)
 		goto out_dp;
+	uint64_t want = 0;
+	if (fs->fs_cluster) {
+		/* the new inode's glock, before anything changes */
+		err = rg_peek(fs, dp->i_ino, &want);
+		if (!err)
+			err = hold(fs, want, GL_EX);
+		if (!err)
+			err = hold_open(fs, want);
+		if (err)
+			goto out_dp;
+	}
 	gid = ctx->c_gid;
 	if (ip_di(dp)->di_mode & S_ISGID) {
 		gid = ip_di(dp)->di_gid;
@@ -414,7 +464,7 @@ static int make_node(struct shoal_fs *fs, const struct shoal_ctx *ctx, uint64_t 
 			 ctx->c_gid != gid)
 			mode &= ~S_ISGID;
 	}
-	err = inode_alloc(fs, dp, mode, ctx->c_uid, gid, &ip);
+	err = inode_alloc(fs, dp, want, mode, ctx->c_uid, gid, &ip);
 	if (err)
 		goto out_dp;
 	if (S_ISDIR(mode)) {
@@ -455,7 +505,7 @@ static int finish_node(struct shoal_fs *fs, struct shoal_inode *ip, struct stat 
 	return 0;
 }
 
-int shoal_mknod(struct shoal_fs *fs, const struct shoal_ctx *ctx, uint64_t parent,
+static int do_mknod(struct shoal_fs *fs, const struct shoal_ctx *ctx, uint64_t parent,
 		const char *name, mode_t mode, dev_t rdev, struct stat *st)
 {
 	struct shoal_inode *ip;
@@ -474,7 +524,7 @@ int shoal_mknod(struct shoal_fs *fs, const struct shoal_ctx *ctx, uint64_t paren
 	return err;
 }
 
-int shoal_mkdir(struct shoal_fs *fs, const struct shoal_ctx *ctx, uint64_t parent,
+static int do_mkdir(struct shoal_fs *fs, const struct shoal_ctx *ctx, uint64_t parent,
 		const char *name, mode_t mode, struct stat *st)
 {
 	struct shoal_inode *ip;
@@ -487,7 +537,7 @@ int shoal_mkdir(struct shoal_fs *fs, const struct shoal_ctx *ctx, uint64_t paren
 	return err;
 }
 
-int shoal_symlink(struct shoal_fs *fs, const struct shoal_ctx *ctx, uint64_t parent,
+static int do_symlink(struct shoal_fs *fs, const struct shoal_ctx *ctx, uint64_t parent,
 		  const char *name, const char *target, struct stat *st)
 {
 	struct shoal_inode *ip;
@@ -506,7 +556,7 @@ int shoal_symlink(struct shoal_fs *fs, const struct shoal_ctx *ctx, uint64_t par
 	return err;
 }
 
-int shoal_create(struct shoal_fs *fs, const struct shoal_ctx *ctx, uint64_t parent,
+static int do_create(struct shoal_fs *fs, const struct shoal_ctx *ctx, uint64_t parent,
 		 const char *name, mode_t mode, int flags, struct stat *st)
 {
 	struct shoal_inode *ip;
@@ -521,7 +571,7 @@ int shoal_create(struct shoal_fs *fs, const struct shoal_ctx *ctx, uint64_t pare
 	return err;
 }
 
-int shoal_link(struct shoal_fs *fs, uint64_t ino, uint64_t newparent, const char *newname,
+static int do_link(struct shoal_fs *fs, uint64_t ino, uint64_t newparent, const char *newname,
 	       struct stat *st)
 {
 	struct shoal_inode *ip, *dp;
@@ -536,6 +586,8 @@ int shoal_link(struct shoal_fs *fs, uint64_t ino, uint64_t newparent, const char
 	err = hold(fs, ino, GL_EX);
 	if (!err)
 		err = hold(fs, newparent, GL_EX);
+	if (!err)
+		err = hold_open(fs, ino);
 	if (err)
 		goto out;
 	err = inode_get(fs, ino, &ip);
@@ -629,6 +681,10 @@ static int remove_entry(struct shoal_fs *fs, uint64_t parent, const char *name, 
 	if (err)
 		goto out_dp;
 	err = dir_lookup(fs, dp, name, &ino, NULL);
+	if (!err)
+		err = hold(fs, ino, GL_EX);
+	if (!err)
+		err = rg_hold_of(fs, ino); /* its bitmap entry may become UNLINKED */
 	if (err)
 		goto out_dp;
 	err = inode_get(fs, ino, &ip);
@@ -665,13 +721,13 @@ out:
 	return err;
 }
 
-int shoal_unlink(struct shoal_fs *fs, const struct shoal_ctx *ctx, uint64_t parent,
+static int do_unlink(struct shoal_fs *fs, const struct shoal_ctx *ctx, uint64_t parent,
 		 const char *name)
 {
 	return remove_entry(fs, parent, name, 0);
 }
 
-int shoal_rmdir(struct shoal_fs *fs, const struct shoal_ctx *ctx, uint64_t parent,
+static int do_rmdir(struct shoal_fs *fs, const struct shoal_ctx *ctx, uint64_t parent,
 		const char *name)
 {
 	return remove_entry(fs, parent, name, 1);
@@ -686,6 +742,9 @@ static int is_ancestor(struct shoal_fs *fs, uint64_t anc, uint64_t ino)
 			return 1;
 		if (ino == fs->fs_sb.sb_root)
 			return 0;
+		int err = hold(fs, ino, GL_SH);
+		if (err)
+			return err;
 		if (inode_get(fs, ino, &ip))
 			return 0;
 		uint64_t up = ip_di(ip)->di_parent;
@@ -697,7 +756,7 @@ static int is_ancestor(struct shoal_fs *fs, uint64_t anc, uint64_t ino)
 	return 1;
 }
 
-int shoal_rename(struct shoal_fs *fs, const struct shoal_ctx *ctx, uint64_t parent,
+static int do_rename(struct shoal_fs *fs, const struct shoal_ctx *ctx, uint64_t parent,
 		 const char *name, uint64_t newparent, const char *newname, unsigned flags)
 {
 	struct shoal_inode *sdp = NULL, *ddp = NULL, *sip = NULL, *tip = NULL;
@@ -716,6 +775,8 @@ int shoal_rename(struct shoal_fs *fs, const struct shoal_ctx *ctx, uint64_t pare
 	err = hold(fs, parent, GL_EX);
 	if (!err)
 		err = hold(fs, newparent, GL_EX);
+	if (!err && parent != newparent && fs->fs_cluster) /* one tree change at a time */
+		err = gl_hold(fs, GL_NONDISK, 2, GL_EX);
 	if (err)
 		goto out;
 	err = get_dir(fs, parent, &sdp);
@@ -729,6 +790,8 @@ int shoal_rename(struct shoal_fs *fs, const struct shoal_ctx *ctx, uint64_t pare
 		err = perm_check(ddp, 3);
 	if (!err)
 		err = dir_lookup(fs, sdp, name, &sino, NULL);
+	if (!err)
+		err = hold(fs, sino, GL_EX);
 	if (err)
 		goto out;
 	err = inode_get(fs, sino, &sip);
@@ -749,6 +812,11 @@ int shoal_rename(struct shoal_fs *fs, const struct shoal_ctx *ctx, uint64_t pare
 			err = -EEXIST;
 			goto out;
 		}
+		err = hold(fs, tino, GL_EX);
+		if (!err && !(flags & RENAME_EXCHANGE))
+			err = rg_hold_of(fs, tino);
+		if (err)
+			goto out;
 		err = inode_get(fs, tino, &tip);
 		if (err)
 			goto out;
@@ -785,13 +853,13 @@ int shoal_rename(struct shoal_fs *fs, const struct shoal_ctx *ctx, uint64_t pare
 		}
 	}
 	/* a directory may not move below itself */
-	if (sdir && parent != newparent && is_ancestor(fs, sip->i_ino, newparent)) {
-		err = -EINVAL;
+	if (sdir && parent != newparent && (err = is_ancestor(fs, sip->i_ino, newparent))) {
+		err = err > 0 ? -EINVAL : err;
 		goto out;
 	}
 	if ((flags & RENAME_EXCHANGE) && tdir && parent != newparent &&
-	    is_ancestor(fs, tip->i_ino, parent)) {
-		err = -EINVAL;
+	    (err = is_ancestor(fs, tip->i_ino, parent))) {
+		err = err > 0 ? -EINVAL : err;
 		goto out;
 	}
 	if (sdir && !tdir && parent != newparent && ip_di(ddp)->di_nlink >= SHOAL_LINK_MAX) {
@@ -869,7 +937,7 @@ out:
 	return err;
 }
 
-ssize_t shoal_readlink(struct shoal_fs *fs, uint64_t ino, char *buf, size_t size)
+static ssize_t do_readlink(struct shoal_fs *fs, uint64_t ino, char *buf, size_t size)
 {
 	struct shoal_inode *ip;
 	ssize_t n;
@@ -888,12 +956,14 @@ ssize_t shoal_readlink(struct shoal_fs *fs, uint64_t ino, char *buf, size_t size
 	return n;
 }
 
-int shoal_open(struct shoal_fs *fs, uint64_t ino, int flags)
+static int do_open(struct shoal_fs *fs, uint64_t ino, int flags)
 {
 	struct shoal_inode *ip;
 	int err, acc = flags & O_ACCMODE;
 	LOCK(fs);
-	err = inode_get(fs, ino, &ip);
+	err = hold_open(fs, ino);
+	if (!err)
+		err = iget(fs, ino, GL_SH, &ip);
 	if (err)
 		goto out;
 	int want = (acc == O_RDONLY ? 4 : acc == O_WRONLY ? 2 : 6) | (flags & O_TRUNC ? 2 : 0);
@@ -915,7 +985,7 @@ out:
 	return err;
 }
 
-int shoal_release(struct shoal_fs *fs, uint64_t ino, int flags)
+static int do_release(struct shoal_fs *fs, uint64_t ino, int flags)
 {
 	struct shoal_inode *ip;
 	int err;
@@ -953,13 +1023,17 @@ static int atime_due(struct shoal_fs *fs, struct shoal_inode *ip, int flags)
 
 static void update_atime(struct shoal_fs *fs, struct shoal_inode *ip, int flags)
 {
+	/* R1: a read never asks for EX; with only SH here the update waits
+	 * for a later read under EX, or is dropped (docs/LOCKING.md) */
+	if (fs->fs_cluster && !gl_have(fs, GL_INODE, ip->i_ino, GL_EX))
+		return;
 	if (atime_due(fs, ip, flags) && trans_begin(fs, 2) == 0) {
 		inode_dirty(fs, ip, 0);
 		inode_touch(ip, 1, 0, 0);
 	}
 }
 
-ssize_t shoal_read(struct shoal_fs *fs, uint64_t ino, void *buf, size_t size, uint64_t off,
+static ssize_t do_read(struct shoal_fs *fs, uint64_t ino, void *buf, size_t size, uint64_t off,
 		   int flags)
 {
 	struct shoal_inode *ip;
@@ -987,7 +1061,7 @@ ssize_t shoal_read(struct shoal_fs *fs, uint64_t ino, void *buf, size_t size, ui
  * hole punching from freeing the mapped blocks meanwhile.  Inline data is
  * copied while locked: writes change it in place.
  */
-ssize_t shoal_read_direct(struct shoal_fs *fs, uint64_t ino, size_t size, uint64_t off, int flags,
+static ssize_t do_read_direct(struct shoal_fs *fs, uint64_t ino, size_t size, uint64_t off, int flags,
 			  shoal_read_fn fn, void *arg)
 {
 	struct shoal_inode *ip;
@@ -1075,7 +1149,7 @@ static ssize_t write_begin(struct shoal_fs *fs, const struct shoal_ctx *ctx, uin
 	return 0;
 }
 
-ssize_t shoal_write(struct shoal_fs *fs, const struct shoal_ctx *ctx, uint64_t ino,
+static ssize_t do_write(struct shoal_fs *fs, const struct shoal_ctx *ctx, uint64_t ino,
 		    const void *buf, size_t size, uint64_t off, int flags)
 {
 	struct shoal_inode *ip;
@@ -1091,7 +1165,7 @@ ssize_t shoal_write(struct shoal_fs *fs, const struct shoal_ctx *ctx, uint64_t i
 	return n;
 }
 
-ssize_t shoal_write_direct(struct shoal_fs *fs, const struct shoal_ctx *ctx, uint64_t ino,
+static ssize_t do_write_direct(struct shoal_fs *fs, const struct shoal_ctx *ctx, uint64_t ino,
 			   size_t size, uint64_t off, int flags, shoal_write_fn fn, void *arg)
 {
 	struct shoal_inode *ip;
@@ -1180,7 +1254,7 @@ static int zero_range(struct shoal_fs *fs, struct shoal_inode *ip, uint64_t off,
 static int fallocate_locked(struct shoal_fs *fs, uint64_t ino, int mode, uint64_t off,
 			    uint64_t len);
 
-int shoal_fallocate(struct shoal_fs *fs, uint64_t ino, int mode, uint64_t off, uint64_t len)
+static int do_fallocate(struct shoal_fs *fs, uint64_t ino, int mode, uint64_t off, uint64_t len)
 {
 	struct shoal_inode *ip;
 	int err;
@@ -1214,7 +1288,11 @@ static int fallocate_locked(struct shoal_fs *fs, uint64_t ino, int mode, uint64_
 	if (off + len < off)
 		return -EFBIG;
 	LOCK(fs);
-	err = inode_get(fs, ino, &ip);
+	err = hold(fs, ino, GL_EX);
+	if (!err && (mode & FALLOC_FL_PUNCH_HOLE))
+		err = rg_hold_all(fs); /* punching frees blocks in any group */
+	if (!err)
+		err = inode_get(fs, ino, &ip);
 	if (err)
 		goto out;
 	di = ip_di(ip);
@@ -1305,7 +1383,7 @@ out:
 	return err;
 }
 
-int64_t shoal_lseek(struct shoal_fs *fs, uint64_t ino, uint64_t off, int whence)
+static int64_t do_lseek(struct shoal_fs *fs, uint64_t ino, uint64_t off, int whence)
 {
 	struct shoal_inode *ip;
 	int64_t res;
@@ -1314,7 +1392,7 @@ int64_t shoal_lseek(struct shoal_fs *fs, uint64_t ino, uint64_t off, int whence)
 	if (whence != SEEK_DATA && whence != SEEK_HOLE)
 		return -EINVAL;
 	LOCK(fs);
-	err = inode_get(fs, ino, &ip);
+	err = iget(fs, ino, GL_SH, &ip);
 	if (err) {
 		res = err;
 		goto out;
@@ -1366,7 +1444,7 @@ static int rd_cb(void *arg, const char *name, size_t len, uint64_t ino, uint8_t 
 	return rc->rc_fill(rc->rc_arg, name, &st, hash);
 }
 
-int shoal_readdir(struct shoal_fs *fs, uint64_t ino, uint64_t off, shoal_fill_fn fill, void *arg)
+static int do_readdir(struct shoal_fs *fs, uint64_t ino, uint64_t off, shoal_fill_fn fill, void *arg)
 {
 	struct shoal_inode *dp;
 	struct rd_ctx rc = {fill, arg};
@@ -1467,13 +1545,18 @@ static int xattr_allowed(struct shoal_inode *ip, const char *name, int write)
 	return 0;
 }
 
-int shoal_setxattr(struct shoal_fs *fs, uint64_t ino, const char *name, const void *value,
+static int do_setxattr(struct shoal_fs *fs, uint64_t ino, const char *name, const void *value,
 		   size_t size, int flags)
 {
 	struct shoal_inode *ip;
 	int err;
 	LOCK(fs);
-	err = inode_get(fs, ino, &ip);
+	err = iget(fs, ino, GL_EX, &ip);
+	if (!err && ip_di(ip)->di_xattr) {
+		err = rg_hold_of(fs, ip_di(ip)->di_xattr);
+		if (err)
+			inode_put(fs, ip);
+	}
 	if (!err) {
 		int minimal = 0;
 		err = xattr_allowed(ip, name, 1);
@@ -1505,13 +1588,13 @@ int shoal_setxattr(struct shoal_fs *fs, uint64_t ino, const char *name, const vo
 	return err;
 }
 
-ssize_t shoal_getxattr(struct shoal_fs *fs, uint64_t ino, const char *name, void *value,
+static ssize_t do_getxattr(struct shoal_fs *fs, uint64_t ino, const char *name, void *value,
 		       size_t size)
 {
 	struct shoal_inode *ip;
 	ssize_t n;
 	LOCK(fs);
-	n = inode_get(fs, ino, &ip);
+	n = iget(fs, ino, GL_SH, &ip);
 	if (!n) {
 		n = xattr_allowed(ip, name, 0);
 		if (!n)
@@ -1522,12 +1605,12 @@ ssize_t shoal_getxattr(struct shoal_fs *fs, uint64_t ino, const char *name, void
 	return n;
 }
 
-ssize_t shoal_listxattr(struct shoal_fs *fs, uint64_t ino, char *list, size_t size)
+static ssize_t do_listxattr(struct shoal_fs *fs, uint64_t ino, char *list, size_t size)
 {
 	struct shoal_inode *ip;
 	ssize_t n;
 	LOCK(fs);
-	n = inode_get(fs, ino, &ip);
+	n = iget(fs, ino, GL_SH, &ip);
 	if (!n) {
 		n = xattr_list(fs, ip, list, size);
 		inode_put(fs, ip);
@@ -1536,12 +1619,17 @@ ssize_t shoal_listxattr(struct shoal_fs *fs, uint64_t ino, char *list, size_t si
 	return n;
 }
 
-int shoal_removexattr(struct shoal_fs *fs, uint64_t ino, const char *name)
+static int do_removexattr(struct shoal_fs *fs, uint64_t ino, const char *name)
 {
 	struct shoal_inode *ip;
 	int err;
 	LOCK(fs);
-	err = inode_get(fs, ino, &ip);
+	err = iget(fs, ino, GL_EX, &ip);
+	if (!err && ip_di(ip)->di_xattr) {
+		err = rg_hold_of(fs, ip_di(ip)->di_xattr);
+		if (err)
+			inode_put(fs, ip);
+	}
 	if (!err) {
 		err = xattr_allowed(ip, name, 1);
 		if (!err && nochange_flags(ip))
@@ -1556,12 +1644,12 @@ int shoal_removexattr(struct shoal_fs *fs, uint64_t ino, const char *name)
 	return err;
 }
 
-int shoal_getflags(struct shoal_fs *fs, uint64_t ino, uint32_t *flags)
+static int do_getflags(struct shoal_fs *fs, uint64_t ino, uint32_t *flags)
 {
 	struct shoal_inode *ip;
 	int err;
 	LOCK(fs);
-	err = inode_get(fs, ino, &ip);
+	err = iget(fs, ino, GL_SH, &ip);
 	if (!err) {
 		*flags = ip_di(ip)->di_flags & SHOAL_DIF_USER_MASK;
 		inode_put(fs, ip);
@@ -1570,7 +1658,7 @@ int shoal_getflags(struct shoal_fs *fs, uint64_t ino, uint32_t *flags)
 	return err;
 }
 
-int shoal_setflags(struct shoal_fs *fs, const struct shoal_ctx *ctx, uint64_t ino,
+static int do_setflags(struct shoal_fs *fs, const struct shoal_ctx *ctx, uint64_t ino,
 		   uint32_t flags)
 {
 	struct shoal_inode *ip;
@@ -1579,7 +1667,7 @@ int shoal_setflags(struct shoal_fs *fs, const struct shoal_ctx *ctx, uint64_t in
 	if (flags & ~SHOAL_DIF_USER_MASK)
 		return -EOPNOTSUPP;
 	LOCK(fs);
-	err = inode_get(fs, ino, &ip);
+	err = iget(fs, ino, GL_EX, &ip);
 	if (err)
 		goto out;
 	struct shoal_dinode *di = ip_di(ip);
@@ -1601,13 +1689,13 @@ out:
 	return err;
 }
 
-int shoal_access(struct shoal_fs *fs, uint64_t ino, int mask)
+static int do_access(struct shoal_fs *fs, uint64_t ino, int mask)
 {
 	struct shoal_inode *ip;
 	int err;
 
 	LOCK(fs);
-	err = inode_get(fs, ino, &ip);
+	err = iget(fs, ino, GL_SH, &ip);
 	if (err)
 		goto out;
 	if (mask != F_OK) {
@@ -1623,4 +1711,168 @@ int shoal_access(struct shoal_fs *fs, uint64_t ino, int mask)
 out:
 	UNLOCK(fs);
 	return err;
+}
+
+/* --- the public operations, each run by RUN (restart after waiting) --- */
+int shoal_lookup(struct shoal_fs *fs, uint64_t parent, const char *name, struct stat *st)
+{
+	return RUN(fs, do_lookup(fs, parent, name, st));
+}
+
+int shoal_getattr(struct shoal_fs *fs, uint64_t ino, struct stat *st)
+{
+	return RUN(fs, do_getattr(fs, ino, st));
+}
+
+uint64_t shoal_generation(struct shoal_fs *fs, uint64_t ino)
+{
+	uint64_t g = 0;
+	(void)RUN(fs, do_generation(fs, ino, &g));
+	return g;
+}
+
+int shoal_setattr(struct shoal_fs *fs, const struct shoal_ctx *ctx, uint64_t ino,
+		  const struct stat *attr, int valid, struct stat *st)
+{
+	return RUN(fs, do_setattr(fs, ctx, ino, attr, valid, st));
+}
+
+int shoal_mknod(struct shoal_fs *fs, const struct shoal_ctx *ctx, uint64_t parent,
+		const char *name, mode_t mode, dev_t rdev, struct stat *st)
+{
+	return RUN(fs, do_mknod(fs, ctx, parent, name, mode, rdev, st));
+}
+
+int shoal_mkdir(struct shoal_fs *fs, const struct shoal_ctx *ctx, uint64_t parent,
+		const char *name, mode_t mode, struct stat *st)
+{
+	return RUN(fs, do_mkdir(fs, ctx, parent, name, mode, st));
+}
+
+int shoal_symlink(struct shoal_fs *fs, const struct shoal_ctx *ctx, uint64_t parent,
+		  const char *name, const char *target, struct stat *st)
+{
+	return RUN(fs, do_symlink(fs, ctx, parent, name, target, st));
+}
+
+int shoal_create(struct shoal_fs *fs, const struct shoal_ctx *ctx, uint64_t parent,
+		 const char *name, mode_t mode, int flags, struct stat *st)
+{
+	return RUN(fs, do_create(fs, ctx, parent, name, mode, flags, st));
+}
+
+int shoal_link(struct shoal_fs *fs, uint64_t ino, uint64_t newparent, const char *newname,
+	       struct stat *st)
+{
+	return RUN(fs, do_link(fs, ino, newparent, newname, st));
+}
+
+int shoal_unlink(struct shoal_fs *fs, const struct shoal_ctx *ctx, uint64_t parent,
+		 const char *name)
+{
+	return RUN(fs, do_unlink(fs, ctx, parent, name));
+}
+
+int shoal_rmdir(struct shoal_fs *fs, const struct shoal_ctx *ctx, uint64_t parent,
+		const char *name)
+{
+	return RUN(fs, do_rmdir(fs, ctx, parent, name));
+}
+
+int shoal_rename(struct shoal_fs *fs, const struct shoal_ctx *ctx, uint64_t parent,
+		 const char *name, uint64_t newparent, const char *newname, unsigned flags)
+{
+	return RUN(fs, do_rename(fs, ctx, parent, name, newparent, newname, flags));
+}
+
+ssize_t shoal_readlink(struct shoal_fs *fs, uint64_t ino, char *buf, size_t size)
+{
+	return RUN(fs, do_readlink(fs, ino, buf, size));
+}
+
+int shoal_open(struct shoal_fs *fs, uint64_t ino, int flags)
+{
+	return RUN(fs, do_open(fs, ino, flags));
+}
+
+int shoal_release(struct shoal_fs *fs, uint64_t ino, int flags)
+{
+	return RUN(fs, do_release(fs, ino, flags));
+}
+
+ssize_t shoal_read(struct shoal_fs *fs, uint64_t ino, void *buf, size_t size, uint64_t off,
+		   int flags)
+{
+	return RUN(fs, do_read(fs, ino, buf, size, off, flags));
+}
+
+ssize_t shoal_read_direct(struct shoal_fs *fs, uint64_t ino, size_t size, uint64_t off, int flags,
+			  shoal_read_fn fn, void *arg)
+{
+	return RUN(fs, do_read_direct(fs, ino, size, off, flags, fn, arg));
+}
+
+ssize_t shoal_write(struct shoal_fs *fs, const struct shoal_ctx *ctx, uint64_t ino,
+		    const void *buf, size_t size, uint64_t off, int flags)
+{
+	return RUN(fs, do_write(fs, ctx, ino, buf, size, off, flags));
+}
+
+ssize_t shoal_write_direct(struct shoal_fs *fs, const struct shoal_ctx *ctx, uint64_t ino,
+			   size_t size, uint64_t off, int flags, shoal_write_fn fn, void *arg)
+{
+	return RUN(fs, do_write_direct(fs, ctx, ino, size, off, flags, fn, arg));
+}
+
+int shoal_fallocate(struct shoal_fs *fs, uint64_t ino, int mode, uint64_t off, uint64_t len)
+{
+	return RUN(fs, do_fallocate(fs, ino, mode, off, len));
+}
+
+int64_t shoal_lseek(struct shoal_fs *fs, uint64_t ino, uint64_t off, int whence)
+{
+	return RUN(fs, do_lseek(fs, ino, off, whence));
+}
+
+int shoal_readdir(struct shoal_fs *fs, uint64_t ino, uint64_t off, shoal_fill_fn fill, void *arg)
+{
+	return RUN(fs, do_readdir(fs, ino, off, fill, arg));
+}
+
+int shoal_setxattr(struct shoal_fs *fs, uint64_t ino, const char *name, const void *value,
+		   size_t size, int flags)
+{
+	return RUN(fs, do_setxattr(fs, ino, name, value, size, flags));
+}
+
+ssize_t shoal_getxattr(struct shoal_fs *fs, uint64_t ino, const char *name, void *value,
+		       size_t size)
+{
+	return RUN(fs, do_getxattr(fs, ino, name, value, size));
+}
+
+ssize_t shoal_listxattr(struct shoal_fs *fs, uint64_t ino, char *list, size_t size)
+{
+	return RUN(fs, do_listxattr(fs, ino, list, size));
+}
+
+int shoal_removexattr(struct shoal_fs *fs, uint64_t ino, const char *name)
+{
+	return RUN(fs, do_removexattr(fs, ino, name));
+}
+
+int shoal_getflags(struct shoal_fs *fs, uint64_t ino, uint32_t *flags)
+{
+	return RUN(fs, do_getflags(fs, ino, flags));
+}
+
+int shoal_setflags(struct shoal_fs *fs, const struct shoal_ctx *ctx, uint64_t ino,
+		   uint32_t flags)
+{
+	return RUN(fs, do_setflags(fs, ctx, ino, flags));
+}
+
+int shoal_access(struct shoal_fs *fs, uint64_t ino, int mask)
+{
+	return RUN(fs, do_access(fs, ino, mask));
 }

@@ -20,6 +20,7 @@
 
 #include "internal.h"
 #include "lock.h"
+#include "meta.h"
 
 static int bm_get(const uint8_t *bm, uint32_t k)
 {
@@ -67,7 +68,10 @@ int rg_load(struct shoal_fs *fs)
 		rd->rd_data0 = rg->rg_data0;
 		rd->rd_length = rg->rg_length;
 		rd->rd_free = rg->rg_free;
+		rd->rd_gl = gl_get(fs, GL_RGRP, addr);
 		buf_put(fs, b);
+		if (!rd->rd_gl)
+			return -ENOMEM;
 	}
 	return 0;
 }
@@ -94,19 +98,90 @@ static struct shoal_rgd *rg_of(struct shoal_fs *fs, uint64_t blkno)
 	return rd;
 }
 
+static uint64_t rg_gen(struct shoal_rgd *rd)
+{
+	return __atomic_load_n(&rd->rd_gl->gl_gen, __ATOMIC_RELAXED);
+}
+
+/* The group's header, its glock held EX (each group has its own lock:
+ * nodes allocate in parallel); rd_free follows the header. */
 static int rg_header(struct shoal_fs *fs, struct shoal_rgd *rd, struct shoal_buf **b)
 {
-	struct glock *gl;
-	/* each group has its own lock: nodes allocate in parallel */
-	int err = gl_nq(fs, GL_RGRP, rd->rd_addr, GL_EX, 0, &gl);
+	int err = gl_hold(fs, GL_RGRP, rd->rd_addr, GL_EX);
 	if (err)
 		return err;
-	gl_dq(fs, gl);
-	err = buf_read(fs, rd->rd_addr, SHOAL_MT_RG, b);
+	err = buf_read_gen(fs, rg_gen(rd), rd->rd_addr, SHOAL_MT_RG, b);
 	if (err == -EIO) /* a shared structure: stop writing before it spreads */
 		fs_error(fs, "resource group %u (block %llu) is damaged", rd->rd_index,
 			 (unsigned long long)rd->rd_addr);
+	if (!err)
+		rd->rd_free = ((struct shoal_rg *)(*b)->b_data)->rg_free;
 	return err;
+}
+
+/* May this node allocate from rd now?  (cluster: its glock is ours, EX) */
+static int rg_usable(struct shoal_fs *fs, struct shoal_rgd *rd)
+{
+	return !fs->fs_cluster || gl_have(fs, GL_RGRP, rd->rd_addr, GL_EX);
+}
+
+int rg_hold_of(struct shoal_fs *fs, uint64_t blkno)
+{
+	struct shoal_rgd *rd = rg_of(fs, blkno);
+	if (!fs->fs_cluster || !rd)
+		return 0;
+	return gl_hold(fs, GL_RGRP, rd->rd_addr, GL_EX);
+}
+
+int rg_hold_all(struct shoal_fs *fs)
+{
+	int err = 0;
+	if (!fs->fs_cluster)
+		return 0;
+	/* ask for every group, so one restart waits for all of them */
+	for (uint32_t i = 0; i < fs->fs_rgcount; i++) {
+		int e = gl_hold(fs, GL_RGRP, fs->fs_rgds[i].rd_addr, GL_EX);
+		if (e && (!err || err == -ERESTART))
+			err = e;
+	}
+	return err;
+}
+
+int rg_reserve(struct shoal_fs *fs, uint64_t nalloc)
+{
+	uint64_t have = 0, need = nalloc + 8;
+	int restart = 0;
+
+	if (!fs->fs_cluster || !nalloc)
+		return 0;
+	for (uint32_t i = 0; i < fs->fs_rgcount; i++) {
+		struct shoal_rgd *rd = &fs->fs_rgds[i];
+		if (rg_usable(fs, rd) && rd->rd_free > rd->rd_pending)
+			have += rd->rd_free - rd->rd_pending;
+	}
+	/* take more groups, starting where this node allocates */
+	for (uint32_t t = 0; t < fs->fs_rgcount && have < need; t++) {
+		struct shoal_rgd *rd = &fs->fs_rgds[(fs->fs_rg_alloc + t) % fs->fs_rgcount];
+		struct shoal_buf *b;
+		int err;
+		if (rg_usable(fs, rd))
+			continue;
+		err = gl_hold(fs, GL_RGRP, rd->rd_addr, GL_EX);
+		if (err == -ERESTART) {
+			restart = 1;
+			/* one group to wait for is enough: nodes keep to their own */
+			break;
+		}
+		if (err)
+			return err;
+		err = rg_header(fs, rd, &b);
+		if (err)
+			return err;
+		buf_put(fs, b);
+		if (rd->rd_free > rd->rd_pending)
+			have += rd->rd_free - rd->rd_pending;
+	}
+	return have < need && restart ? -ERESTART : 0;
 }
 
 /* Search rd from offset start for a free, non-pending run; 0 on success. */
@@ -139,8 +214,8 @@ static int rg_search(struct shoal_rgd *rd, const uint8_t *bm, uint32_t start, ui
 	return -ENOSPC;
 }
 
-int rg_alloc(struct shoal_fs *fs, uint64_t goal, uint32_t n, int state, uint64_t *first,
-	     uint32_t *got)
+static int rg_find(struct shoal_fs *fs, uint64_t goal, uint32_t n, int state, int peek,
+		   uint64_t *first, uint32_t *got)
 {
 	struct shoal_rgd *rd = rg_of(fs, goal);
 	uint32_t start_rg = rd ? rd->rd_index : fs->fs_rg_alloc % fs->fs_rgcount;
@@ -157,7 +232,7 @@ int rg_alloc(struct shoal_fs *fs, uint64_t goal, uint32_t n, int state, uint64_t
 		int err;
 
 		rd = &fs->fs_rgds[ri];
-		if (rd->rd_free <= rd->rd_pending)
+		if (rd->rd_free <= rd->rd_pending || !rg_usable(fs, rd))
 			continue;
 		err = rg_header(fs, rd, &b);
 		if (err)
@@ -171,6 +246,12 @@ int rg_alloc(struct shoal_fs *fs, uint64_t goal, uint32_t n, int state, uint64_t
 		if (rg_search(rd, bm, from, n, &k, &len)) {
 			buf_put(fs, b);
 			continue;
+		}
+		if (peek) {
+			buf_put(fs, b);
+			*first = rd->rd_data0 + k;
+			*got = 1;
+			return 0;
 		}
 		trans_add(fs, b);
 		rg = (void *)b->b_data;
@@ -188,6 +269,18 @@ int rg_alloc(struct shoal_fs *fs, uint64_t goal, uint32_t n, int state, uint64_t
 		return 0;
 	}
 	return -ENOSPC;
+}
+
+int rg_alloc(struct shoal_fs *fs, uint64_t goal, uint32_t n, int state, uint64_t *first,
+	     uint32_t *got)
+{
+	return rg_find(fs, goal, n, state, 0, first, got);
+}
+
+int rg_peek(struct shoal_fs *fs, uint64_t goal, uint64_t *blk)
+{
+	uint32_t got;
+	return rg_find(fs, goal, 1, SHOAL_B_DINODE, 1, blk, &got);
 }
 
 int rg_free(struct shoal_fs *fs, uint64_t blkno, uint32_t n)
@@ -332,8 +425,18 @@ int rg_reap_unlinked(struct shoal_fs *fs, uint32_t *reaped)
 			err = inode_get(fs, found[n], &ip);
 			if (err)
 				break;
+			struct glock *io = NULL;
+			/* cluster: not while another node has it open (iopen) */
+			if (fs->fs_cluster && gl_acquire(fs, GL_IOPEN, found[n], GL_EX, GL_TRY, &io)) {
+				inode_put(fs, ip);
+				continue;
+			}
 			if (ip_di(ip)->di_nlink == 0 && ip->i_open == 0 && ip->i_nlookup == 0)
 				err = inode_destroy(fs, ip);
+			if (io) {
+				gl_put(fs, io);
+				gl_release(fs, io);
+			}
 			inode_put(fs, ip);
 			if (err)
 				break;
@@ -344,4 +447,33 @@ int rg_reap_unlinked(struct shoal_fs *fs, uint32_t *reaped)
 			return err;
 	}
 	return 0;
+}
+
+uint64_t rg_statfs_free(struct shoal_fs *fs)
+{
+	uint64_t now = gl_now_ns(), t = 0;
+	uint8_t *blk;
+
+	if (!fs->fs_cluster)
+		return rg_free_total(fs);
+	if (fs->fs_statfs_ns && now - fs->fs_statfs_ns < 1000000000ull)
+		return fs->fs_statfs_free;
+	blk = malloc(fs->fs_bsize);
+	for (uint32_t i = 0; i < fs->fs_rgcount; i++) {
+		struct shoal_rgd *rd = &fs->fs_rgds[i];
+		struct shoal_rg *rg = (void *)blk;
+		/* groups another node holds: their home copy, current up to
+		 * that node's last checkpoint (docs/LOCKING.md "statfs") */
+		if (!blk || rg_usable(fs, rd) ||
+		    dev_read(fs->fs_dev, blk, fs->fs_bsize, rd->rd_addr << fs->fs_bshift) ||
+		    meta_check(blk, fs->fs_bsize, SHOAL_MT_RG, rd->rd_addr) ||
+		    rg->rg_free > rd->rd_length)
+			t += rd->rd_free;
+		else
+			t += rg->rg_free;
+	}
+	free(blk);
+	fs->fs_statfs_ns = now;
+	fs->fs_statfs_free = t;
+	return t;
 }

@@ -127,6 +127,73 @@ static int sb_read(struct shoal_fs *fs)
 	return -EINVAL;
 }
 
+/*
+ * Cluster mount, after the lock module gave us journal slot fs_jid: hold
+ * our journal's lock for good, then the mount lock, under which every
+ * journal whose owner is gone (its lock is free) is replayed.
+ */
+static int cluster_join(struct shoal_fs *fs)
+{
+	struct glock *gl;
+	int err = gl_start(fs);
+
+	if (!err)
+		err = gl_acquire(fs, GL_JOURNAL, fs->fs_jid, GL_EX, GL_TRY, &fs->fs_jgl);
+	if (err) {
+		snprintf(fs->fs_err, sizeof(fs->fs_err), "journal %u is in use by another node",
+			 fs->fs_jid);
+		return err == -EAGAIN ? -EBUSY : err;
+	}
+	fs->fs_jgl->gl_flags |= GLF_STICKY;
+	err = gl_acquire(fs, GL_NONDISK, GL_NONDISK_MOUNT, GL_EX, 0, &gl);
+	if (err) {
+		snprintf(fs->fs_err, sizeof(fs->fs_err), "cannot take the mount lock: %s",
+			 strerror(-err));
+		return err;
+	}
+	for (uint32_t j = 0; j < fs->fs_sb.sb_jcount && !fs->fs_ro; j++) {
+		if (j == fs->fs_jid)
+			continue;
+		err = fs_recover_journal(fs, j);
+		if (err) {
+			snprintf(fs->fs_err, sizeof(fs->fs_err),
+				 "journal %u of a dead node cannot be replayed: %s", j, strerror(-err));
+			return err;
+		}
+	}
+	return 0;
+}
+
+int fs_recover_journal(struct shoal_fs *fs, uint32_t jid)
+{
+	struct glock *gl;
+	uint32_t replayed = 0;
+	int err;
+
+	if (jid == fs->fs_jid || jid >= fs->fs_sb.sb_jcount || fs->fs_ro)
+		return 0;
+	/* its owner is alive, or another node is replaying it */
+	if (gl_acquire(fs, GL_JOURNAL, jid, GL_EX, GL_TRY, &gl))
+		return 0;
+	pthread_mutex_lock(&fs->fs_lock);
+	err = jnl_recover(fs, jid, &replayed);
+	pthread_mutex_unlock(&fs->fs_lock);
+	if (!err) {
+		if (fs->fs_lm->lm_recovery_done)
+			fs->fs_lm->lm_recovery_done(fs, jid);
+		fs->fs_ctr.sc_recoveries++;
+		if (replayed)
+			fprintf(stderr, "shoal: journal %u of a dead node: replayed %u transactions\n",
+				jid, replayed);
+	} else {
+		fprintf(stderr, "shoal: journal %u of a dead node: replay failed: %s\n", jid,
+			strerror(-err));
+	}
+	gl_put(fs, gl);
+	gl_release(fs, gl);
+	return err;
+}
+
 static void *commit_thread(void *arg)
 {
 	struct shoal_fs *fs = arg;
@@ -144,6 +211,12 @@ static void *commit_thread(void *arg)
 			jnl_commit(fs);
 		if (fs->fs_j.j_used > (fs->fs_j.j_blocks - 1) / 2)
 			jnl_checkpoint(fs);
+		if (fs->fs_norphans) {
+			/* freeing may wait for other nodes' locks: not under fs_lock */
+			pthread_mutex_unlock(&fs->fs_lock);
+			inode_free_orphans(fs);
+			pthread_mutex_lock(&fs->fs_lock);
+		}
 	}
 	pthread_mutex_unlock(&fs->fs_lock);
 	return NULL;
@@ -229,6 +302,13 @@ int shoal_mount(struct shoal_dev *dev, const struct shoal_mount_opts *opts,
 	err = bc_init(fs);
 	if (err)
 		goto out_free;
+	fs->fs_jid = slot;
+	fs->fs_cluster = fs->fs_lm->lm_cluster;
+	if (fs->fs_cluster) {
+		err = cluster_join(fs);
+		if (err)
+			goto out_bc;
+	}
 	err = jnl_recover(fs, slot, &replayed);
 	if (err) {
 		if (err == -EROFS)
@@ -274,6 +354,14 @@ int shoal_mount(struct shoal_dev *dev, const struct shoal_mount_opts *opts,
 		}
 		if (reaped)
 			fprintf(stderr, "shoal: freed %u orphan inodes\n", reaped);
+	}
+	if (fs->fs_cluster) {
+		struct glock *mgl = gl_get(fs, GL_NONDISK, GL_NONDISK_MOUNT);
+		gl_put(fs, mgl); /* others may mount now */
+		gl_release(fs, mgl);
+		fs->fs_rg_alloc = (uint32_t)((uint64_t)slot * fs->fs_rgcount / fs->fs_sb.sb_jcount);
+	}
+	if (!fs->fs_ro) {
 		if (pthread_create(&fs->fs_commit_thread, NULL, commit_thread, fs) == 0)
 			fs->fs_commit_started = 1;
 	}
@@ -282,9 +370,12 @@ int shoal_mount(struct shoal_dev *dev, const struct shoal_mount_opts *opts,
 out_rg:
 	rg_destroy(fs);
 out_bc:
+	gl_stop(fs);
 	bc_destroy(fs);
 out_free:
 	gl_destroy(fs);
+	if (fs->fs_lm_priv)
+		fs->fs_lm->lm_unmount(fs);
 	snprintf(mount_err, sizeof(mount_err), "%s", fs->fs_err[0] ? fs->fs_err : strerror(-err));
 	free(fs->fs_ihash);
 	free(fs);
@@ -322,8 +413,32 @@ int shoal_unmount(struct shoal_fs *fs)
 		pthread_mutex_unlock(&fs->fs_lock);
 		pthread_join(fs->fs_commit_thread, NULL);
 	}
+	if (fs->fs_cluster && !fs->fs_ro) {
+		/* free what has no links through the operation machinery: it
+		 * may wait for other nodes' locks */
+		pthread_mutex_lock(&fs->fs_lock);
+		for (uint32_t i = 0; i <= fs->fs_ihmask; i++)
+			for (struct shoal_inode *ip = fs->fs_ihash[i]; ip; ip = ip->i_hnext)
+				if (ip_di(ip)->di_nlink == 0 && fs->fs_norphans < 100000) {
+					ip->i_open = 0;
+					ip->i_nlookup = 0;
+				}
+		for (uint32_t i = 0; i <= fs->fs_ihmask; i++) {
+			struct shoal_inode *ip = fs->fs_ihash[i], *n;
+			for (; ip; ip = n) {
+				n = ip->i_hnext;
+				if (ip_di(ip)->di_nlink == 0 && ip->i_ref == 0) {
+					ip->i_ref = 1;
+					inode_put(fs, ip); /* queues it (or frees it) */
+				}
+			}
+		}
+		pthread_mutex_unlock(&fs->fs_lock);
+		inode_free_orphans(fs);
+	}
+	gl_stop(fs); /* no more demotions: we leave the cluster below */
 	pthread_mutex_lock(&fs->fs_lock);
-	if (!fs->fs_ro) {
+	if (!fs->fs_ro && !fs->fs_cluster) {
 		/* nobody uses anything any more: free what has no links */
 		for (uint32_t i = 0; i <= fs->fs_ihmask; i++) {
 			struct shoal_inode *ip = fs->fs_ihash[i], *n;
@@ -340,6 +455,8 @@ int shoal_unmount(struct shoal_fs *fs)
 				}
 			}
 		}
+	}
+	if (!fs->fs_ro) {
 		err = jnl_checkpoint(fs);
 		if (!err)
 			err = jnl_mark_clean(fs, 1);
@@ -374,6 +491,11 @@ int shoal_sync(struct shoal_fs *fs)
 	return err;
 }
 
+uint32_t shoal_journal_id(struct shoal_fs *fs)
+{
+	return fs->fs_jid;
+}
+
 uint64_t shoal_root(struct shoal_fs *fs)
 {
 	return fs->fs_sb.sb_root;
@@ -394,7 +516,13 @@ void shoal_counters(struct shoal_fs *fs, struct shoal_counters *out)
 	struct shoal_dev_stats ds;
 	pthread_mutex_lock(&fs->fs_lock);
 	*out = fs->fs_ctr;
-	out->sc_gl_requests = gl_requests(fs);
+	struct gl_stats gs;
+	gl_get_stats(fs, &gs);
+	out->sc_gl_requests = gs.gs_requests;
+	out->sc_gl_callbacks = gs.gs_callbacks;
+	out->sc_gl_demotions = gs.gs_demotions;
+	out->sc_gl_restarts = gs.gs_restarts;
+	out->sc_gl_rtt_us = gs.gs_rtt_ns / 1000;
 	pthread_mutex_unlock(&fs->fs_lock);
 	dev_stats_get(fs->fs_dev, &ds);
 	out->sc_dev_reads = ds.ds_reads;
@@ -411,7 +539,7 @@ int shoal_statfs(struct shoal_fs *fs, struct statvfs *sv)
 	pthread_mutex_lock(&fs->fs_lock);
 	for (uint32_t i = 0; i < fs->fs_rgcount; i++)
 		total += fs->fs_rgds[i].rd_length;
-	uint64_t fr = rg_free_total(fs);
+	uint64_t fr = rg_statfs_free(fs);
 	dinodes = fs->fs_icount;
 	pthread_mutex_unlock(&fs->fs_lock);
 	(void)dinodes;

@@ -54,7 +54,7 @@ static int xblock(struct shoal_fs *fs, struct shoal_inode *ip, struct shoal_buf 
 	uint64_t blk = ip_di(ip)->di_xattr;
 	if (blk < fs->fs_sb.sb_rgfirst || blk >= fs->fs_sb.sb_blocks - 1)
 		return fs_corrupt(fs, ip->i_ino, "xattr block pointer") ? -EIO : -EIO;
-	int err = buf_read(fs, blk, SHOAL_MT_XATTR, b);
+	int err = buf_read_gen(fs, inode_gen(fs, ip), blk, SHOAL_MT_XATTR, b);
 	if (err)
 		return err;
 	struct shoal_xattr_hdr *xh = (void *)(*b)->b_data;

@@ -36,6 +36,11 @@ static const struct {
 	COUNTER(buf_hits),
 	COUNTER(buf_misses),
 	COUNTER(gl_requests),
+	COUNTER(gl_callbacks),
+	COUNTER(gl_demotions),
+	COUNTER(gl_restarts),
+	COUNTER(gl_rtt_us),
+	COUNTER(recoveries),
 	COUNTER(corrupt),
 };
 #define COUNTER_COUNT (sizeof(counter_names) / sizeof(counter_names[0]))

@@ -35,6 +35,13 @@ struct shoal_mount_opts {
 	unsigned mo_commit_secs; /* journal commit interval, default 5 */
 	uint64_t mo_cache_bytes; /* metadata buffer cache, default 256 MiB */
 	int mo_journal;          /* journal slot; -1: chosen by the lock module */
+	const char *mo_secret;   /* lock=shoal: file with the cluster's secret */
+	unsigned mo_hold_ms;     /* longest adaptive minimum glock hold; 0: none */
+	/* The kernel's caches of ino must go (another node takes its glock):
+	 * called from a thread that serves no request, before the glock is
+	 * released; NULL: nothing caches outside libshoal. */
+	void (*mo_inval)(void *arg, uint64_t ino);
+	void *mo_inval_arg;
 };
 
 /* Who is asking: the caller of the FUSE request. */
@@ -88,6 +95,11 @@ struct shoal_counters {
 	uint64_t sc_buf_hits;
 	uint64_t sc_buf_misses;
 	uint64_t sc_gl_requests;     /* lock module requests */
+	uint64_t sc_gl_callbacks;    /* blocking callbacks received */
+	uint64_t sc_gl_demotions;    /* glocks given back or down */
+	uint64_t sc_gl_restarts;     /* operations that waited for a glock */
+	uint64_t sc_gl_rtt_us;       /* total lock module wait, microseconds */
+	uint64_t sc_recoveries;      /* journals of dead nodes replayed */
 	uint64_t sc_corrupt;         /* metadata blocks that failed checks */
 };
 
@@ -105,6 +117,8 @@ uint64_t shoal_root(struct shoal_fs *fs);
 uint32_t shoal_bsize(struct shoal_fs *fs);
 int shoal_is_readonly(struct shoal_fs *fs);
 void shoal_counters(struct shoal_fs *fs, struct shoal_counters *out);
+/* This node's journal (its slot in the cluster). */
+uint32_t shoal_journal_id(struct shoal_fs *fs);
 /* Why the mount went read-only, or NULL. */
 const char *shoal_error(struct shoal_fs *fs);
 

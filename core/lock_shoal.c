@@ -1,0 +1,130 @@
+/*
+ * lock_shoal.c - the cluster lock module: glocks through shoal-lockd
+ * (docs/PROTOCOL.md), selected by lock=shoal://HOST:PORT or
+ * lock=shoal:unix:PATH.
+ *
+ * Glock states map to lock manager modes UN=NL, SH=PR, DF=CW, EX=EX.  The
+ * client's receiver thread delivers blocking callbacks, which only queue
+ * work for the demote worker (glock.c), and recovery requests; its timer
+ * thread fences the node when lockd stops answering.
+ *
+ * Invariants:
+ *  (1) lm_lock is only called without fs_lock unless it is a try-lock
+ *      (glock.c (3)); lm_unlock never waits for lockd;
+ *  (2) after the fence callback no write reaches the device (dev_fence).
+ */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "internal.h"
+#include "lock.h"
+#include "shoal/lockd.h"
+
+static const int to_mode[] = {[GL_UN] = LK_NL, [GL_SH] = LK_PR, [GL_DF] = LK_CW, [GL_EX] = LK_EX};
+
+static int to_state(int mode)
+{
+	switch (mode) {
+	case LK_EX:
+	case LK_PW:
+		return GL_EX;
+	case LK_CW:
+		return GL_DF;
+	case LK_PR:
+	case LK_CR:
+		return GL_SH;
+	default:
+		return GL_UN;
+	}
+}
+
+static void cb_bast(void *arg, uint32_t type, uint64_t number, int wanted)
+{
+	gl_cb(arg, type, number, to_state(wanted));
+}
+
+static void cb_recover(void *arg, uint32_t jid, const char *node)
+{
+	fprintf(stderr, "shoal: node %s (journal %u) is dead: recovering its journal\n", node,
+		jid);
+	gl_recover_cb(arg, jid);
+}
+
+static void cb_fenced(void *arg, const char *why)
+{
+	gl_fenced_cb(arg, why);
+}
+
+static const struct lkc_ops shoal_lkc_ops = {
+	.bast = cb_bast,
+	.recover = cb_recover,
+	.fenced = cb_fenced,
+};
+
+static int lks_mount(struct shoal_fs *fs, const char *table, const char *node,
+		       uint32_t *journal)
+{
+	const char *addr = fs->fs_opts.mo_lock;
+	struct lkc_config cfg = {0};
+	struct lkc *c;
+	uint32_t lease;
+	char err[200] = "";
+	int e;
+
+	if (!strncmp(addr, "shoal://", 8))
+		addr += 8;
+	else if (!strncmp(addr, "shoal:", 6))
+		addr += 6;
+	cfg.addr = addr;
+	cfg.node = node;
+	cfg.table = table;
+	cfg.njournals = fs->fs_sb.sb_jcount;
+	cfg.secret_file = fs->fs_opts.mo_secret;
+	cfg.ops = &shoal_lkc_ops;
+	cfg.arg = fs;
+	e = lkc_connect(&cfg, &c, journal, &lease, err, sizeof(err));
+	if (e) {
+		snprintf(fs->fs_err, sizeof(fs->fs_err), "%s", err[0] ? err : strerror(-e));
+		return e;
+	}
+	fs->fs_lm_priv = c;
+	return 0;
+}
+
+static void lks_unmount(struct shoal_fs *fs)
+{
+	if (fs->fs_lm_priv)
+		lkc_close(fs->fs_lm_priv);
+	fs->fs_lm_priv = NULL;
+}
+
+static int shoal_lock(struct shoal_fs *fs, struct glock *gl, int state, int flags)
+{
+	uint32_t fl = 0;
+	int got = lkc_lock(fs->fs_lm_priv, gl->gl_type, gl->gl_number, to_mode[state],
+			   (flags & GL_TRY ? LKF_TRY : 0) | (flags & GL_TRY_1CB ? LKF_TRY_1CB : 0),
+			   gl->gl_lvb, &fl);
+	return got < 0 ? got : to_state(got);
+}
+
+static int shoal_unlock(struct shoal_fs *fs, struct glock *gl)
+{
+	return lkc_unlock(fs->fs_lm_priv, gl->gl_type, gl->gl_number, NULL);
+}
+
+static void shoal_recovery_done(struct shoal_fs *fs, uint32_t index)
+{
+	lkc_recovery_done(fs->fs_lm_priv, index);
+}
+
+const struct lm_ops lm_shoal_ops = {
+	.lm_name = "shoal",
+	.lm_mount = lks_mount,
+	.lm_unmount = lks_unmount,
+	.lm_lock = shoal_lock,
+	.lm_unlock = shoal_unlock,
+	.lm_recovery_done = shoal_recovery_done,
+	.lm_cluster = 1,
+};

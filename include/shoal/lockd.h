@@ -1,0 +1,124 @@
+/*
+ * lockd.h - the shoal lock manager: the client library every node links
+ * (lkc_*) and the server core shoal-lockd runs (lockd_*).  The wire
+ * protocol, the lock and node state machines and the failure rules are in
+ * docs/PROTOCOL.md.
+ *
+ * Client threads: lkc_connect starts a receiver thread (replies, blocking
+ * callbacks, recovery notices) and a timer thread (heartbeats, fencing).
+ * The callbacks of struct lkc_ops run on those threads and must not block
+ * or call lkc_lock; they may run before lkc_connect has returned.
+ */
+#ifndef SHOAL_LOCKD_H
+#define SHOAL_LOCKD_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+enum lk_mode { LK_NL = 0, LK_CR = 1, LK_CW = 2, LK_PR = 3, LK_PW = 4, LK_EX = 5 };
+#define LK_NMODES 6
+
+#define LKF_TRY 0x1	/* fail with -EAGAIN if not grantable at once */
+#define LKF_TRY_1CB 0x2 /* with LKF_TRY: still send the blockers one blocking callback */
+#define LKF_LVB_INVALID 0x100 /* in *flags_out: lvb content is not valid (a holder died in PW/EX) */
+
+#define LK_LVB_LEN 32
+#define LK_NAME_MAX 63	/* node name bytes */
+#define LK_TABLE_MAX 127 /* "cluster:fsname" bytes */
+
+/* 1 when modes a and b may be granted together (the VMS/DLM matrix). */
+int lk_compatible(int a, int b);
+const char *lk_mode_name(int mode);
+
+struct lkc_ops {
+	/* a blocking callback (BAST): another node wants (type, number) in mode
+	 * `wanted` and this node's granted mode is in the way.  Runs on the
+	 * client's receiver thread: must not block or call lkc_lock. */
+	void (*bast)(void *arg, uint32_t type, uint64_t number, int wanted);
+	/* node `node` (journal jid) died and its lease expired; its journal needs
+	 * recovery.  Delivered to every live node (same thread rules as bast).
+	 * Also delivered right after joining for every recovery still pending. */
+	void (*recover)(void *arg, uint32_t jid, const char *node);
+	/* this node lost lockd and must stop writing NOW.  Called once, from the
+	 * client's timer thread, at the latest lease/2 after the send time of the
+	 * last heartbeat that was answered (before lockd can expire the lease);
+	 * earlier when the connection breaks.  Not called after lkc_close began. */
+	void (*fenced)(void *arg, const char *why);
+};
+
+struct lkc_config {
+	const char *addr;	 /* "unix:/path" or "HOST:PORT" (also "shoal://HOST:PORT") */
+	const char *node;	 /* node name, 1..63 bytes [A-Za-z0-9._-] */
+	const char *table;	 /* "cluster:fsname" from the superblock */
+	uint32_t njournals;	 /* journals on the device */
+	const char *secret_file; /* NULL: no secret */
+	const struct lkc_ops *ops;
+	void *arg;
+};
+
+struct lkc;
+
+/*
+ * Connect, authenticate, join.  On success *jid is this node's journal id and
+ * *lease_ms the lease.  On failure returns -errno and writes a one-line reason
+ * into err: -EADDRINUSE name in use, -EINVAL bad argument or table mismatch,
+ * -ENOSPC no free journal, -EACCES bad secret, -EPROTO version mismatch or a
+ * broken handshake, -ETIMEDOUT no answer or a name still pending recovery
+ * after 2 * lease, or a connect error.
+ */
+int lkc_connect(const struct lkc_config *cfg, struct lkc **out, uint32_t *jid,
+		uint32_t *lease_ms, char *err, size_t errlen);
+/*
+ * Lock or convert (up or down) the lock on (type, number) to mode.  Blocks
+ * until granted or a try fails (-EAGAIN).  lvb: 32 bytes in/out or NULL; on a
+ * down-conversion from PW/EX the resource LVB becomes *lvb, on grant the
+ * resource's LVB is copied out.  flags_out may be NULL.  Returns the granted
+ * mode (>= 0) or -errno: -ENOTCONN after the connection is gone, -EAGAIN for a
+ * failed try, -EDEADLK for an up-conversion that would deadlock with another
+ * node's conversion (the lock keeps its mode), -EINVAL for a bad mode.
+ * Callers guarantee at most one call in flight per resource.
+ */
+int lkc_lock(struct lkc *c, uint32_t type, uint64_t number, int mode, int flags,
+	     uint8_t *lvb, uint32_t *flags_out);
+/*
+ * Release the lock; if held in PW/EX and lvb != NULL the resource LVB becomes
+ * lvb.  Does not wait for a reply; ordered with later calls of this client.
+ */
+int lkc_unlock(struct lkc *c, uint32_t type, uint64_t number, const uint8_t *lvb);
+/* Tell lockd that journal jid has been replayed: the dead owner's locks are
+ * dropped.  -ENOENT when no recovery of jid is pending.  From a callback
+ * (receiver thread) it only sends and returns 0. */
+int lkc_recovery_done(struct lkc *c, uint32_t jid);
+/* Leave cleanly (locks released, no recovery) and free. */
+void lkc_close(struct lkc *c);
+
+struct lkc_stats {
+	uint64_t requests, grants, tries_failed, basts, rtt_ns_total, rtt_ns_max;
+};
+void lkc_get_stats(struct lkc *c, struct lkc_stats *st);
+
+/* --- server --------------------------------------------------------------- */
+
+struct lockd_config {
+	const char *listen[8];
+	int nlisten;		 /* "unix:/path" or "HOST:PORT" */
+	const char *secret_file; /* NULL: none */
+	uint32_t lease_ms;	 /* default 8000 */
+	const char *table;	 /* NULL: fixed by the first join */
+	int use_syslog;
+	int verbose;
+	/* optional: every log line goes here instead of stderr/syslog */
+	void (*log)(void *arg, int prio, const char *line);
+	void *log_arg;
+	uint32_t handshake_ms;	 /* 0: 5000 */
+};
+
+struct lockd;
+/* Bind, then run the event loop in its own thread. */
+int lockd_start(const struct lockd_config *cfg, struct lockd **out, char *err, size_t errlen);
+/* Stop the loop, close every connection and listener (unix sockets unlinked), free. */
+void lockd_stop(struct lockd *d);
+/* The address a listener ended up on ("127.0.0.1:41234" for port 0); NULL past the end. */
+const char *lockd_listen_addr(struct lockd *d, int i);
+
+#endif

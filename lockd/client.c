@@ -1,0 +1,843 @@
+/*
+ * client.c - the lockd client library (lkc_*): one connection per node,
+ * a receiver thread (replies, BASTs, RECOVER) and a timer thread
+ * (heartbeats every lease/4, self-fencing).  docs/PROTOCOL.md.
+ *
+ * Connection states (c_state, under c_lock):
+ *
+ *   lkc_connect --> UP --fence or broken socket--> DOWN --lkc_close--> freed
+ *                    \------------------lkc_close (LEAVE)----------/
+ *
+ * Invariants:
+ *  (1) every request in flight is on c_reqs until its reply (GRANT or
+ *      RESULT with its seq) arrives or the connection goes DOWN; then it is
+ *      completed exactly once (-ENOTCONN when DOWN) and its waiter woken;
+ *  (2) frames are written whole under c_send_lock, so concurrent callers
+ *      never interleave bytes, and one client's messages reach lockd in the
+ *      order their writes returned (lkc_unlock then lkc_lock stays ordered);
+ *  (3) fencing: c_hb_ok holds the send time of the newest heartbeat (or
+ *      JOIN) that lockd answered; the timer thread goes DOWN and calls
+ *      ops->fenced no later than c_hb_ok + lease/2, and lockd declares the
+ *      node dead no earlier than the receipt of that heartbeat + lease;
+ *  (4) ops->fenced is called at most once, never after lkc_close began.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "lk_proto.h"
+#include "lk_sha256.h"
+#include "shoal/lockd.h"
+
+#define LKC_HANDSHAKE_MS 5000
+#define LKC_LEAVE_MS 2000
+#define LKC_RXBUF 65536
+#define LKC_HB_RING 16
+#define NS_PER_MS 1000000ull
+
+enum { LKC_UP, LKC_DOWN };
+
+struct lkc_req {
+	uint32_t rq_seq;
+	int rq_done;
+	int rq_result;	    /* granted mode or -errno */
+	uint32_t rq_flags;  /* GRANT flags */
+	uint8_t *rq_lvb;    /* where a GRANT's LVB goes, or NULL */
+	pthread_cond_t rq_cond;
+	struct lkc_req *rq_next;
+};
+
+struct lkc {
+	int c_fd;
+	char c_addr[256];
+	char c_node[LK_NAME_MAX + 1];
+	uint32_t c_jid;
+	uint64_t c_lease_ns;
+	const struct lkc_ops *c_ops;
+	void *c_arg;
+
+	pthread_mutex_t c_send_lock; /* invariant 2 */
+
+	pthread_mutex_t c_lock;	     /* protects everything below */
+	pthread_cond_t c_timer_cond;
+	int c_state;
+	int c_closing;
+	int c_fenced;		     /* ops->fenced called or suppressed */
+	char c_why[160];	     /* why DOWN */
+	uint32_t c_seq;
+	struct lkc_req *c_reqs;	     /* requests in flight */
+	uint64_t c_hb_sent;	     /* send time of the newest heartbeat */
+	uint64_t c_hb_ok;	     /* invariant 3 */
+	struct {
+		uint32_t seq;
+		uint64_t sent;
+	} c_hb_ring[LKC_HB_RING];
+	unsigned c_hb_next;
+	struct lkc_stats c_stats;
+
+	pthread_t c_rx, c_timer;
+	int c_rx_started, c_timer_started;
+};
+
+static void timespec_at(struct timespec *ts, uint64_t mono_ns)
+{
+	ts->tv_sec = (time_t)(mono_ns / 1000000000ull);
+	ts->tv_nsec = (long)(mono_ns % 1000000000ull);
+}
+
+/* Write one whole buffer (invariant 2); -ENOTCONN once the socket is gone. */
+static int send_all(struct lkc *c, const uint8_t *buf, size_t len)
+{
+	int rc = 0;
+
+	pthread_mutex_lock(&c->c_send_lock);
+	while (len) {
+		ssize_t n = send(c->c_fd, buf, len, MSG_NOSIGNAL);
+		if (n < 0) {
+			if (errno == EINTR)
+				continue;
+			rc = -ENOTCONN;
+			break;
+		}
+		buf += n;
+		len -= (size_t)n;
+	}
+	pthread_mutex_unlock(&c->c_send_lock);
+	return rc;
+}
+
+/* Under c_lock: go DOWN, fail every request in flight (invariant 1). */
+static void go_down(struct lkc *c, const char *why)
+{
+	struct lkc_req *rq;
+
+	if (c->c_state == LKC_DOWN)
+		return;
+	c->c_state = LKC_DOWN;
+	snprintf(c->c_why, sizeof(c->c_why), "%s", why);
+	shutdown(c->c_fd, SHUT_RDWR);
+	while ((rq = c->c_reqs)) {
+		c->c_reqs = rq->rq_next;
+		rq->rq_done = 1;
+		rq->rq_result = -ENOTCONN;
+		pthread_cond_signal(&rq->rq_cond);
+	}
+	pthread_cond_signal(&c->c_timer_cond);
+}
+
+/* Under c_lock: take the request with seq off c_reqs. */
+static struct lkc_req *req_take(struct lkc *c, uint32_t seq)
+{
+	struct lkc_req **pp;
+
+	for (pp = &c->c_reqs; *pp; pp = &(*pp)->rq_next) {
+		if ((*pp)->rq_seq == seq) {
+			struct lkc_req *rq = *pp;
+			*pp = rq->rq_next;
+			return rq;
+		}
+	}
+	return NULL;
+}
+
+/* Send a request frame and wait for its reply; timeout_ns 0: forever. */
+static int request(struct lkc *c, uint8_t *frame, size_t len, uint8_t *lvb, uint32_t *flags_out,
+		   uint64_t timeout_ns)
+{
+	struct lkc_req rq = { .rq_lvb = lvb };
+	uint64_t t0;
+	int rc;
+
+	if (timeout_ns) {
+		pthread_condattr_t ca;
+		pthread_condattr_init(&ca);
+		pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+		pthread_cond_init(&rq.rq_cond, &ca);
+		pthread_condattr_destroy(&ca);
+	} else {
+		pthread_cond_init(&rq.rq_cond, NULL);
+	}
+	pthread_mutex_lock(&c->c_lock);
+	if (c->c_state != LKC_UP) {
+		pthread_mutex_unlock(&c->c_lock);
+		pthread_cond_destroy(&rq.rq_cond);
+		return -ENOTCONN;
+	}
+	rq.rq_seq = ++c->c_seq ? c->c_seq : ++c->c_seq; /* seq 0 is for unsolicited frames */
+	lkp_put32(frame + 8, rq.rq_seq);
+	rq.rq_next = c->c_reqs;
+	c->c_reqs = &rq;
+	c->c_stats.requests++;
+	pthread_mutex_unlock(&c->c_lock);
+
+	t0 = lkp_now_ns();
+	rc = send_all(c, frame, len);
+	pthread_mutex_lock(&c->c_lock);
+	if (rc && !rq.rq_done) {
+		req_take(c, rq.rq_seq);
+		rq.rq_done = 1;
+		rq.rq_result = rc;
+	}
+	if (timeout_ns) {
+		struct timespec ts;
+		timespec_at(&ts, t0 + timeout_ns);
+		while (!rq.rq_done)
+			if (pthread_cond_timedwait(&rq.rq_cond, &c->c_lock, &ts) == ETIMEDOUT)
+				break;
+		if (!rq.rq_done) {
+			req_take(c, rq.rq_seq);
+			rq.rq_result = -ETIMEDOUT;
+		}
+	} else {
+		while (!rq.rq_done)
+			pthread_cond_wait(&rq.rq_cond, &c->c_lock);
+	}
+	if (rq.rq_result >= 0) {
+		uint64_t rtt = lkp_now_ns() - t0;
+		c->c_stats.rtt_ns_total += rtt;
+		if (rtt > c->c_stats.rtt_ns_max)
+			c->c_stats.rtt_ns_max = rtt;
+	}
+	pthread_mutex_unlock(&c->c_lock);
+	pthread_cond_destroy(&rq.rq_cond);
+	if (flags_out)
+		*flags_out = rq.rq_flags;
+	return rq.rq_result;
+}
+
+static void lock_frame(uint8_t *f, uint16_t type, uint32_t ltype, uint64_t number, int mode,
+		       uint32_t flags, const uint8_t *lvb)
+{
+	uint8_t *p = f + LKP_HDR;
+
+	lkp_hdr(f, type, 0, LKP_LOCK_LEN);
+	lkp_put32(p, ltype);
+	lkp_put64(p + 4, number);
+	lkp_put32(p + 12, (uint32_t)mode);
+	if (lvb) {
+		flags |= LKP_LF_LVB;
+		memcpy(p + 20, lvb, LK_LVB_LEN);
+	} else {
+		memset(p + 20, 0, LK_LVB_LEN);
+	}
+	lkp_put32(p + 16, flags);
+}
+
+int lkc_lock(struct lkc *c, uint32_t type, uint64_t number, int mode, int flags, uint8_t *lvb,
+	     uint32_t *flags_out)
+{
+	uint8_t f[LKP_HDR + LKP_LOCK_LEN];
+	int rc;
+
+	if (mode < LK_NL || mode > LK_EX || (flags & ~(LKF_TRY | LKF_TRY_1CB)))
+		return -EINVAL;
+	lock_frame(f, LKP_LOCK, type, number, mode, (uint32_t)flags, lvb);
+	rc = request(c, f, sizeof(f), lvb, flags_out, 0);
+	pthread_mutex_lock(&c->c_lock);
+	if (rc >= 0)
+		c->c_stats.grants++;
+	else if (rc == -EAGAIN)
+		c->c_stats.tries_failed++;
+	pthread_mutex_unlock(&c->c_lock);
+	return rc;
+}
+
+int lkc_unlock(struct lkc *c, uint32_t type, uint64_t number, const uint8_t *lvb)
+{
+	uint8_t f[LKP_HDR + LKP_LOCK_LEN];
+
+	if (__atomic_load_n(&c->c_state, __ATOMIC_RELAXED) != LKC_UP)
+		return -ENOTCONN;
+	lock_frame(f, LKP_UNLOCK, type, number, 0, 0, lvb);
+	return send_all(c, f, sizeof(f));
+}
+
+int lkc_recovery_done(struct lkc *c, uint32_t jid)
+{
+	uint8_t f[LKP_HDR + LKP_RECOVERY_DONE_LEN];
+
+	lkp_hdr(f, LKP_RECOVERY_DONE, 0, LKP_RECOVERY_DONE_LEN);
+	lkp_put32(f + LKP_HDR, jid);
+	lkp_put32(f + LKP_HDR + 4, 0);
+	if (c->c_rx_started && pthread_equal(pthread_self(), c->c_rx))
+		return send_all(c, f, sizeof(f)); /* the reply would come to this thread */
+	return request(c, f, sizeof(f), NULL, NULL, 0);
+}
+
+void lkc_get_stats(struct lkc *c, struct lkc_stats *st)
+{
+	pthread_mutex_lock(&c->c_lock);
+	*st = c->c_stats;
+	pthread_mutex_unlock(&c->c_lock);
+}
+
+/* --- receiver thread --------------------------------------------------------- */
+
+/* One frame from lockd; -EPROTO when it makes no sense. */
+static int rx_frame(struct lkc *c, const uint8_t *f, size_t flen)
+{
+	unsigned type = lkp_get16(f + 4);
+	uint32_t seq = lkp_get32(f + 8);
+	const uint8_t *p = f + LKP_HDR;
+	size_t plen = flen - LKP_HDR;
+	struct lkc_req *rq;
+
+	switch (type) {
+	case LKP_GRANT:
+	case LKP_RESULT:
+		if (plen != (type == LKP_GRANT ? LKP_GRANT_LEN : LKP_RESULT_LEN))
+			return -EPROTO;
+		pthread_mutex_lock(&c->c_lock);
+		rq = req_take(c, seq);
+		if (rq) {
+			if (type == LKP_GRANT) {
+				rq->rq_result = (int)(lkp_get32(p) % LK_NMODES);
+				rq->rq_flags = lkp_get32(p + 4);
+				if (rq->rq_lvb)
+					memcpy(rq->rq_lvb, p + 8, LK_LVB_LEN);
+			} else {
+				uint32_t e = lkp_get32(p);
+				rq->rq_result = e > 4095 ? -EPROTO : -(int)e;
+			}
+			rq->rq_done = 1;
+			pthread_cond_signal(&rq->rq_cond);
+		}
+		pthread_mutex_unlock(&c->c_lock);
+		return 0;
+	case LKP_HEARTBEAT_ACK:
+		if (plen)
+			return -EPROTO;
+		pthread_mutex_lock(&c->c_lock);
+		for (unsigned i = 0; i < LKC_HB_RING; i++) {
+			if (c->c_hb_ring[i].seq == seq && c->c_hb_ring[i].sent) {
+				if (c->c_hb_ring[i].sent > c->c_hb_ok)
+					c->c_hb_ok = c->c_hb_ring[i].sent;
+				c->c_hb_ring[i].sent = 0;
+			}
+		}
+		pthread_mutex_unlock(&c->c_lock);
+		return 0;
+	case LKP_BAST:
+		if (plen != LKP_BAST_LEN || lkp_get32(p + 12) >= LK_NMODES)
+			return -EPROTO;
+		pthread_mutex_lock(&c->c_lock);
+		c->c_stats.basts++;
+		pthread_mutex_unlock(&c->c_lock);
+		if (c->c_ops && c->c_ops->bast)
+			c->c_ops->bast(c->c_arg, lkp_get32(p), lkp_get64(p + 4), (int)lkp_get32(p + 12));
+		return 0;
+	case LKP_RECOVER: {
+		char name[LK_NAME_MAX + 1];
+		size_t nl;
+
+		if (plen < LKP_RECOVER_FIXED)
+			return -EPROTO;
+		nl = p[4];
+		if (LKP_RECOVER_FIXED + nl != plen || !lkp_valid_name((const char *)p + 8, nl))
+			return -EPROTO;
+		memcpy(name, p + 8, nl);
+		name[nl] = 0;
+		if (c->c_ops && c->c_ops->recover)
+			c->c_ops->recover(c->c_arg, lkp_get32(p), name);
+		return 0;
+	}
+	default:
+		return -EPROTO;
+	}
+}
+
+static void *rx_thread(void *arg)
+{
+	struct lkc *c = arg;
+	uint8_t *buf = malloc(LKC_RXBUF);
+	size_t have = 0;
+	char why[160] = "connection to lockd closed";
+
+	if (!buf) {
+		snprintf(why, sizeof(why), "receiver: out of memory");
+		goto out;
+	}
+	for (;;) {
+		ssize_t n = read(c->c_fd, buf + have, LKC_RXBUF - have);
+		size_t off = 0;
+
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n <= 0) {
+			if (n < 0)
+				snprintf(why, sizeof(why), "connection to lockd: %s", strerror(errno));
+			break;
+		}
+		have += (size_t)n;
+		while (have - off >= 4) {
+			uint32_t len = lkp_get32(buf + off);
+			if (len < LKP_HDR - 4 || len > LKP_MAX_FRAME - 4) {
+				snprintf(why, sizeof(why), "lockd sent a bad frame length %u", len);
+				goto out;
+			}
+			if (have - off < 4 + len)
+				break;
+			if (rx_frame(c, buf + off, 4 + len)) {
+				snprintf(why, sizeof(why), "lockd sent a malformed %s",
+					 lkp_type_name(lkp_get16(buf + off + 4)));
+				goto out;
+			}
+			off += 4 + len;
+		}
+		if (off) {
+			memmove(buf, buf + off, have - off);
+			have -= off;
+		}
+	}
+out:
+	free(buf);
+	pthread_mutex_lock(&c->c_lock);
+	go_down(c, why);
+	pthread_mutex_unlock(&c->c_lock);
+	return NULL;
+}
+
+/* --- timer thread ----------------------------------------------------------------- */
+
+static void *timer_thread(void *arg)
+{
+	struct lkc *c = arg;
+	uint64_t quarter = c->c_lease_ns / 4, half = c->c_lease_ns / 2;
+
+	pthread_mutex_lock(&c->c_lock);
+	while (!c->c_closing) {
+		uint64_t now = lkp_now_ns(), fence_at = c->c_hb_ok + half, wake;
+		struct timespec ts;
+
+		if (c->c_state == LKC_UP && now >= fence_at) {
+			char why[160];
+			snprintf(why, sizeof(why), "no heartbeat answer from lockd for %llu ms",
+				 (unsigned long long)((now - c->c_hb_ok) / NS_PER_MS));
+			go_down(c, why);
+		}
+		if (c->c_state == LKC_DOWN) {
+			if (!c->c_fenced) {
+				char why[160];
+				c->c_fenced = 1;
+				snprintf(why, sizeof(why), "%s", c->c_why);
+				pthread_mutex_unlock(&c->c_lock);
+				if (c->c_ops && c->c_ops->fenced)
+					c->c_ops->fenced(c->c_arg, why);
+				pthread_mutex_lock(&c->c_lock);
+			}
+			if (!c->c_closing)
+				pthread_cond_wait(&c->c_timer_cond, &c->c_lock);
+			continue;
+		}
+		if (now >= c->c_hb_sent + quarter) {
+			uint8_t f[LKP_HDR];
+			uint32_t seq = ++c->c_seq ? c->c_seq : ++c->c_seq;
+			unsigned slot = c->c_hb_next++ % LKC_HB_RING;
+			struct timespec dl;
+			int rc;
+
+			lkp_hdr(f, LKP_HEARTBEAT, seq, 0);
+			c->c_hb_ring[slot].seq = seq;
+			c->c_hb_ring[slot].sent = now;
+			c->c_hb_sent = now;
+			pthread_mutex_unlock(&c->c_lock);
+			/* never wait for the send lock past the fencing deadline */
+			timespec_at(&dl, fence_at);
+			rc = pthread_mutex_timedlock(&c->c_send_lock, &dl);
+			if (!rc) {
+				size_t off = 0;
+				while (off < sizeof(f)) {
+					ssize_t n = send(c->c_fd, f + off, sizeof(f) - off,
+							 MSG_NOSIGNAL | (off ? 0 : MSG_DONTWAIT));
+					if (n < 0 && errno == EINTR)
+						continue;
+					if (n <= 0)
+						break; /* full or broken: the fence deadline decides */
+					off += (size_t)n;
+				}
+				pthread_mutex_unlock(&c->c_send_lock);
+			}
+			pthread_mutex_lock(&c->c_lock);
+			continue;
+		}
+		wake = c->c_hb_sent + quarter;
+		if (fence_at < wake)
+			wake = fence_at;
+		timespec_at(&ts, wake);
+		pthread_cond_timedwait(&c->c_timer_cond, &c->c_lock, &ts);
+	}
+	pthread_mutex_unlock(&c->c_lock);
+	return NULL;
+}
+
+/* --- connect ------------------------------------------------------------------------- */
+
+/* Read exactly n bytes before deadline (blocking fd, poll for the timeout). */
+static int read_full(int fd, uint8_t *buf, size_t n, uint64_t deadline)
+{
+	while (n) {
+		uint64_t now = lkp_now_ns();
+		struct pollfd pfd = { .fd = fd, .events = POLLIN };
+		ssize_t r;
+		int pr;
+
+		if (now >= deadline)
+			return -ETIMEDOUT;
+		pr = poll(&pfd, 1, (int)((deadline - now) / NS_PER_MS) + 1);
+		if (pr < 0 && errno == EINTR)
+			continue;
+		if (pr < 0)
+			return -errno;
+		if (pr == 0)
+			continue;
+		r = read(fd, buf, n);
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r < 0)
+			return -errno;
+		if (r == 0)
+			return -ECONNRESET;
+		buf += r;
+		n -= (size_t)r;
+	}
+	return 0;
+}
+
+/* One handshake frame into buf (LKP_MAX_FRAME bytes); returns its type or -errno. */
+static int read_frame(int fd, uint8_t *buf, size_t *plen, uint64_t deadline)
+{
+	uint32_t len;
+	int rc = read_full(fd, buf, 4, deadline);
+
+	if (rc)
+		return rc;
+	len = lkp_get32(buf);
+	if (len < LKP_HDR - 4 || len > LKP_MAX_FRAME - 4)
+		return -EPROTO;
+	rc = read_full(fd, buf + 4, len, deadline);
+	if (rc)
+		return rc;
+	*plen = len + 4 - LKP_HDR;
+	return lkp_get16(buf + 4);
+}
+
+static int connect_to(const struct lkp_addr *la, uint64_t deadline, char *err, size_t errlen)
+{
+	int fd = socket(la->la_ss.ss_family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+	int rc, one = 1, fl;
+
+	if (fd < 0) {
+		rc = -errno;
+		snprintf(err, errlen, "socket: %s", strerror(errno));
+		return rc;
+	}
+	if (connect(fd, (const struct sockaddr *)&la->la_ss, la->la_len)) {
+		if (errno != EINPROGRESS && errno != EAGAIN) {
+			rc = -errno;
+			snprintf(err, errlen, "connect: %s", strerror(errno));
+			close(fd);
+			return rc;
+		}
+		for (;;) {
+			struct pollfd pfd = { .fd = fd, .events = POLLOUT };
+			uint64_t now = lkp_now_ns();
+			int soerr = 0;
+			socklen_t sl = sizeof(soerr);
+
+			if (now >= deadline) {
+				snprintf(err, errlen, "connect: %s", strerror(ETIMEDOUT));
+				close(fd);
+				return -ETIMEDOUT;
+			}
+			rc = poll(&pfd, 1, (int)((deadline - now) / NS_PER_MS) + 1);
+			if (rc <= 0)
+				continue;
+			getsockopt(fd, SOL_SOCKET, SO_ERROR, &soerr, &sl);
+			if (soerr) {
+				snprintf(err, errlen, "connect: %s", strerror(soerr));
+				close(fd);
+				return -soerr;
+			}
+			break;
+		}
+	}
+	fl = fcntl(fd, F_GETFL);
+	fcntl(fd, F_SETFL, fl & ~O_NONBLOCK);
+	if (!la->la_unix)
+		setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+	return fd;
+}
+
+/*
+ * One attempt: connect, CHALLENGE, JOIN, JOIN_OK.  Returns the fd, or
+ * -errno with the reason in err (*retry set when lockd said "later").
+ */
+static int handshake(struct lkc *c, const struct lkp_addr *la, const struct lkc_config *cfg,
+		     const uint8_t *key, size_t keylen, uint32_t *lease_ms, int *retry, char *err,
+		     size_t errlen)
+{
+	uint8_t buf[LKP_MAX_FRAME], *p = buf + LKP_HDR;
+	size_t plen, nl = strlen(cfg->node), tl = strlen(cfg->table), len;
+	uint64_t deadline = lkp_now_ns() + LKC_HANDSHAKE_MS * NS_PER_MS;
+	uint32_t cflags;
+	int fd, type, rc;
+
+	*retry = 0;
+	fd = connect_to(la, deadline, err, errlen);
+	if (fd < 0)
+		return fd;
+	type = read_frame(fd, buf, &plen, deadline);
+	if (type < 0) {
+		rc = type;
+		snprintf(err, errlen, "no CHALLENGE from lockd: %s", strerror(-rc));
+		goto out_close;
+	}
+	if (type != LKP_CHALLENGE || plen != LKP_CHALLENGE_LEN) {
+		rc = -EPROTO;
+		snprintf(err, errlen, "not a lockd (first message type %d, %zu bytes)", type, plen);
+		goto out_close;
+	}
+	if (lkp_get32(p) != LKP_VERSION) {
+		rc = -EPROTO;
+		snprintf(err, errlen, "lockd speaks protocol version %u, this client %u", lkp_get32(p),
+			 LKP_VERSION);
+		goto out_close;
+	}
+	cflags = lkp_get32(p + 4);
+	*lease_ms = lkp_get32(p + 8);
+	if (*lease_ms < 4) {
+		rc = -EPROTO;
+		snprintf(err, errlen, "lockd announced a lease of %u ms", *lease_ms);
+		goto out_close;
+	}
+	if ((cflags & LKP_CF_AUTH) && !key) {
+		rc = -EACCES;
+		snprintf(err, errlen, "lockd requires a secret and none is configured (bad secret)");
+		goto out_close;
+	}
+	/* build the JOIN over the CHALLENGE, keeping its nonce */
+	{
+		uint8_t nonce[LKP_NONCE], *q = buf + LKP_HDR;
+		memcpy(nonce, p + 12, LKP_NONCE);
+		len = lkp_hdr(buf, LKP_JOIN, 0, LKP_JOIN_FIXED + nl + tl);
+		lkp_put32(q, LKP_VERSION);
+		lkp_put32(q + 4, cfg->njournals);
+		if (key && (cflags & LKP_CF_AUTH))
+			lk_hmac_sha256(key, keylen, nonce, LKP_NONCE, cfg->node, nl, q + 8);
+		else
+			memset(q + 8, 0, LK_SHA256_LEN);
+		q[40] = (uint8_t)nl;
+		q[41] = (uint8_t)tl;
+		lkp_put16(q + 42, 0);
+		memcpy(q + 44, cfg->node, nl);
+		memcpy(q + 44 + nl, cfg->table, tl);
+	}
+	c->c_fd = fd;
+	c->c_hb_ok = c->c_hb_sent = lkp_now_ns(); /* JOIN counts as the first heartbeat */
+	rc = send_all(c, buf, len);
+	if (rc) {
+		snprintf(err, errlen, "send JOIN: %s", strerror(ENOTCONN));
+		goto out_close;
+	}
+	type = read_frame(fd, buf, &plen, deadline);
+	if (type < 0) {
+		rc = type;
+		snprintf(err, errlen, "no answer to JOIN: %s", strerror(-rc));
+		goto out_close;
+	}
+	if (type == LKP_REFUSE && plen >= LKP_REFUSE_FIXED && LKP_REFUSE_FIXED + (size_t)lkp_get16(p + 8) == plen) {
+		uint32_t e = lkp_get32(p);
+		int rl = lkp_get16(p + 8);
+		for (int i = 0; i < rl; i++)
+			if (p[12 + i] < ' ' || p[12 + i] > '~')
+				p[12 + i] = '?';
+		snprintf(err, errlen, "%.*s", rl, (const char *)p + 12);
+		*retry = !!(lkp_get32(p + 4) & LKP_RF_RETRY);
+		rc = e && e < 4096 ? -(int)e : -EPROTO;
+		goto out_close;
+	}
+	if (type != LKP_JOIN_OK || plen != LKP_JOIN_OK_LEN) {
+		rc = -EPROTO;
+		snprintf(err, errlen, "unexpected answer to JOIN (type %d, %zu bytes)", type, plen);
+		goto out_close;
+	}
+	c->c_jid = lkp_get32(p);
+	*lease_ms = lkp_get32(p + 4);
+	if (*lease_ms < 4) {
+		rc = -EPROTO;
+		snprintf(err, errlen, "lockd granted a lease of %u ms", *lease_ms);
+		goto out_close;
+	}
+	return fd;
+out_close:
+	close(fd);
+	c->c_fd = -1;
+	return rc;
+}
+
+int lkc_connect(const struct lkc_config *cfg, struct lkc **out, uint32_t *jid, uint32_t *lease_ms,
+		char *err, size_t errlen)
+{
+	char why[LKP_REASON_MAX + 64];
+	uint8_t *key = NULL;
+	size_t keylen = 0;
+	struct lkp_addr la;
+	struct lkc *c;
+	uint64_t start = lkp_now_ns(), give_up = 0;
+	uint32_t lease = 0;
+	int rc, retry;
+	pthread_condattr_t ca;
+
+	*out = NULL;
+	if (!cfg->addr || !cfg->node || !cfg->table) {
+		snprintf(err, errlen, "lockd: address, node name and table are required");
+		return -EINVAL;
+	}
+	if (!lkp_valid_name(cfg->node, strlen(cfg->node))) {
+		snprintf(err, errlen, "lockd at %s: bad node name '%s' (1-63 of A-Za-z0-9._-)", cfg->addr,
+			 cfg->node);
+		return -EINVAL;
+	}
+	if (!lkp_valid_table(cfg->table, strlen(cfg->table))) {
+		snprintf(err, errlen, "lockd at %s: bad table '%s' (want CLUSTER:FSNAME)", cfg->addr,
+			 cfg->table);
+		return -EINVAL;
+	}
+	rc = lkp_parse_addr(cfg->addr, 0, &la, why, sizeof(why));
+	if (rc) {
+		snprintf(err, errlen, "lockd at %s: %s", cfg->addr, why);
+		return rc;
+	}
+	if (cfg->secret_file) {
+		rc = lkp_read_secret(cfg->secret_file, &key, &keylen, why, sizeof(why));
+		if (rc) {
+			snprintf(err, errlen, "lockd at %s: %s", cfg->addr, why);
+			return rc;
+		}
+	}
+	c = calloc(1, sizeof(*c));
+	if (!c) {
+		rc = -ENOMEM;
+		snprintf(err, errlen, "lockd at %s: %s", cfg->addr, strerror(ENOMEM));
+		goto out_key;
+	}
+	c->c_fd = -1;
+	snprintf(c->c_addr, sizeof(c->c_addr), "%s", cfg->addr);
+	snprintf(c->c_node, sizeof(c->c_node), "%s", cfg->node);
+	c->c_ops = cfg->ops;
+	c->c_arg = cfg->arg;
+	pthread_mutex_init(&c->c_send_lock, NULL);
+	pthread_mutex_init(&c->c_lock, NULL);
+	pthread_condattr_init(&ca);
+	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+	pthread_cond_init(&c->c_timer_cond, &ca);
+	pthread_condattr_destroy(&ca);
+
+	for (;;) {
+		rc = handshake(c, &la, cfg, key, keylen, &lease, &retry, why, sizeof(why));
+		if (rc >= 0)
+			break;
+		if (!retry)
+			goto out_err;
+		if (!give_up)
+			give_up = start + 2ull * lease * NS_PER_MS;
+		if (lkp_now_ns() >= give_up) {
+			rc = -ETIMEDOUT;
+			goto out_err;
+		}
+		{
+			uint64_t pause = lease * NS_PER_MS / 8;
+			struct timespec ts;
+			if (pause > 500 * NS_PER_MS)
+				pause = 500 * NS_PER_MS;
+			ts.tv_sec = (time_t)(pause / 1000000000ull);
+			ts.tv_nsec = (long)(pause % 1000000000ull);
+			nanosleep(&ts, NULL);
+		}
+	}
+	c->c_lease_ns = lease * NS_PER_MS;
+	c->c_state = LKC_UP;
+	rc = pthread_create(&c->c_rx, NULL, rx_thread, c);
+	if (rc) {
+		rc = -rc;
+		snprintf(why, sizeof(why), "pthread_create: %s", strerror(-rc));
+		goto out_err;
+	}
+	c->c_rx_started = 1;
+	rc = pthread_create(&c->c_timer, NULL, timer_thread, c);
+	if (rc) {
+		rc = -rc;
+		snprintf(why, sizeof(why), "pthread_create: %s", strerror(-rc));
+		goto out_err;
+	}
+	c->c_timer_started = 1;
+	if (key) {
+		memset(key, 0, keylen);
+		free(key);
+	}
+	*jid = c->c_jid;
+	*lease_ms = lease;
+	*out = c;
+	return 0;
+out_err:
+	snprintf(err, errlen, "lockd at %s: %s", cfg->addr, why);
+	pthread_mutex_lock(&c->c_lock);
+	c->c_closing = 1;
+	c->c_fenced = 1;
+	go_down(c, "connect failed");
+	pthread_mutex_unlock(&c->c_lock);
+	if (c->c_rx_started)
+		pthread_join(c->c_rx, NULL);
+	if (c->c_fd >= 0)
+		close(c->c_fd);
+	pthread_cond_destroy(&c->c_timer_cond);
+	pthread_mutex_destroy(&c->c_lock);
+	pthread_mutex_destroy(&c->c_send_lock);
+	free(c);
+out_key:
+	if (key) {
+		memset(key, 0, keylen);
+		free(key);
+	}
+	return rc;
+}
+
+void lkc_close(struct lkc *c)
+{
+	int up;
+
+	if (!c)
+		return;
+	pthread_mutex_lock(&c->c_lock);
+	c->c_closing = 1;
+	c->c_fenced = 1; /* invariant 4 */
+	up = c->c_state == LKC_UP;
+	pthread_cond_signal(&c->c_timer_cond);
+	pthread_mutex_unlock(&c->c_lock);
+	if (up) {
+		uint8_t f[LKP_HDR];
+		lkp_hdr(f, LKP_LEAVE, 0, 0);
+		request(c, f, sizeof(f), NULL, NULL, LKC_LEAVE_MS * NS_PER_MS);
+	}
+	pthread_mutex_lock(&c->c_lock);
+	go_down(c, "closed");
+	pthread_mutex_unlock(&c->c_lock);
+	if (c->c_rx_started)
+		pthread_join(c->c_rx, NULL);
+	if (c->c_timer_started)
+		pthread_join(c->c_timer, NULL);
+	close(c->c_fd);
+	pthread_cond_destroy(&c->c_timer_cond);
+	pthread_mutex_destroy(&c->c_lock);
+	pthread_mutex_destroy(&c->c_send_lock);
+	free(c);
+}
