@@ -85,6 +85,71 @@ def verdict(op, bound, ratio):
     return "PASS" if ok else "MISS"
 
 
+# --- lockd (begin) ------------------------------------------------------------
+# The "lockd" workload compares variants of one client, not two filesystems:
+# rows are (variant, metric), ratios are against the bare echo of the same run.
+LOCKD_VARIANTS = ("echo", "echo_poll", "lockd", "lockd_nospin", "contend")
+LOCKD_METRICS = [
+    ("lat_p50_us", "lock+unlock (or echo) latency, median (us)", "%.1f"),
+    ("lat_p99_us", "  p99 (us)", "%.1f"),
+    ("ops_s", "round trips per second", "%.0f"),
+    ("handoffs_s", "contended EX handoffs per second (2 nodes)", "%.0f"),
+]
+# (numerator, denominator, metric, label, target)
+LOCKD_RATIOS = [
+    ("lockd", "echo", "lat_p50_us", "median latency lockd / echo", ("<=", 1.5)),
+    ("lockd_nospin", "echo", "lat_p50_us", "median latency lockd_nospin / echo", None),
+    ("lockd", "echo_poll", "lat_p50_us", "median latency lockd / echo_poll", None),
+    ("lockd", "echo", "ops_s", "round trips/s lockd / echo", None),
+]
+
+
+def report_lockd(vals, fails, rounds):
+    failed = {(fs, r) for fs, r, _ in fails}
+    w_label = max(len(m[1]) for m in LOCKD_METRICS) + 1
+    head = "%-*s %-13s" % (w_label, "metric", "variant")
+    head += "".join("%11s" % ("round %d" % r) for r in rounds) + "%11s" % "median"
+    print(head)
+    print("-" * len(head))
+    med = {}
+    for metric, label, sfmt in LOCKD_METRICS:
+        first = True
+        for v in LOCKD_VARIANTS:
+            per = vals.get((v, metric), {})
+            primary = "handoffs_s" if v == "contend" else "lat_p50_us"
+            if not per and (metric != primary or
+                            not any((v, r) in failed for r in rounds)):
+                continue
+            cells = ""
+            for r in rounds:
+                if r in per:
+                    cells += "%11s" % (sfmt % per[r])
+                elif (v, r) in failed:
+                    cells += "%11s" % "FAIL"
+                else:
+                    cells += "%11s" % "-"
+            if per:
+                med[(v, metric)] = statistics.median(per.values())
+            print(("%-*s %-13s%s%11s" % (w_label, label if first else "", v, cells,
+                                         sfmt % med[(v, metric)] if (v, metric) in med
+                                         else "n/a")).rstrip())
+            first = False
+    print()
+    for num, den, metric, label, target in LOCKD_RATIOS:
+        a, b = med.get((num, metric)), med.get((den, metric))
+        if a is None or not b:
+            line = "%-40s %8s" % (label, "n/a")
+            if target:
+                line += "  %s %.1fx n/a" % target
+        else:
+            line = "%-40s %7.2fx" % (label, a / b)
+            if target:
+                line += "  %s %.1fx %s" % (target[0], target[1],
+                                           verdict(target[0], target[1], a / b))
+        print(line)
+# --- lockd (end) --------------------------------------------------------------
+
+
 def main():
     if len(sys.argv) != 2:
         sys.stderr.write("usage: report.py RAWFILE\n")
@@ -112,6 +177,14 @@ def main():
     for k, v in meta:
         print("%s: %s" % (k, v))
     print()
+    if workload == "lockd":
+        report_lockd(vals, fails, rounds)
+        if fails:
+            print()
+            print("FAILED RUNS:")
+            for fs, r, text in fails:
+                print("  %s round %d: %s" % (fs, r, text))
+        return 0
     w_label = max(len(s[1]) for s in SPECS[workload]) + 1
     head = "%-*s %-6s" % (w_label, "metric", "fs")
     head += "".join("%11s" % ("round %d" % r) for r in rounds)

@@ -8,7 +8,9 @@
 #
 #   bench/run.sh [--rounds N] [--quick] [--dir DIR] [--shoal-on-file] [WORKLOAD...]
 #
-# WORKLOAD is meta, seq or fstest (default: all three).  Results go to stdout
+# WORKLOAD is meta, seq, fstest or lockd (default: all four; lockd is the
+# lock manager's round trips against a bare Unix-socket echo, see the
+# "lockd" section below).  Results go to stdout
 # and to bench/results/DATE-WORKLOAD.txt.  Exit status: 0 when every run
 # completed (whatever the timings), 1 when a run failed (mount, workload
 # program, a shoal daemon that died or went read-only), 2 on bad usage.
@@ -34,6 +36,8 @@ usage: bench/run.sh [--rounds N] [--quick] [--dir DIR] [--shoal-on-file] [WORKLO
 
 Runs each WORKLOAD (meta, seq, fstest; default all) on ext4 and on shoal,
 N rounds (default 3; 1 with --quick), and prints medians and ratios.
+WORKLOAD lockd (also run by default) times shoal-lockd lock+unlock round
+trips against a bare Unix-socket echo, at least 3 rounds.
   --quick          smaller sizes, for a smoke run under a minute
   --dir DIR        where the images and mountpoints go (default
                    \$SHOAL_BENCH_DIR or /var/tmp/shoal-bench); must be on a disk
@@ -64,11 +68,11 @@ while [ $# -gt 0 ]; do
 		;;
 	--shoal-on-file) shoal_on_file=1; shift ;;
 	-h | --help) usage; exit 0 ;;
-	meta | seq | fstest) workloads+=("$1"); shift ;;
+	meta | seq | fstest | lockd) workloads+=("$1"); shift ;;
 	*) echo "bench/run.sh: unknown argument $1" >&2; usage >&2; exit 2 ;;
 	esac
 done
-[ ${#workloads[@]} -gt 0 ] || workloads=(meta seq fstest)
+[ ${#workloads[@]} -gt 0 ] || workloads=(meta seq fstest lockd)
 
 if [ "$quick" = 1 ]; then
 	rounds=${rounds:-1}
@@ -168,6 +172,7 @@ fs_teardown() {
 }
 
 cleanup() {
+	lockd_teardown
 	fs_teardown shoal
 	fs_teardown ext4
 	rmdir "${mnt[ext4]}" "${mnt[shoal]}" "$dir" 2>/dev/null || true
@@ -543,13 +548,116 @@ run_workload() {
 	cur_out=
 }
 
+# --- lockd (begin) -------------------------------------------------------------
+# The lock manager's section (bench/README.md "lockd"): shoal-lockd -f on a
+# Unix socket in the temp dir, one lockbench client, against a bare
+# Unix-socket echo with the same message sizes (64-byte request, 52-byte
+# reply), in the same run; at least 3 rounds, the order of the variants
+# rotating per round.  No filesystem, image or loop device is involved.
+#  (1) one shoal-lockd per round, started here and stopped (SIGTERM) at the
+#      end of the round, or by cleanup after a failure or ^C;
+#  (2) every variant of a round talks to that round's lockd or echo only.
+
+lockd_pid=
+lockd_rounds=$((rounds < 3 ? 3 : rounds))
+if [ "$quick" = 1 ]; then lockd_iters=20000; else lockd_iters=100000; fi
+
+lockd_teardown() {
+	if [ -n "$lockd_pid" ]; then
+		kill "$lockd_pid" 2>/dev/null || true
+		wait "$lockd_pid" 2>/dev/null || true
+		lockd_pid=
+	fi
+}
+
+# lockd_bench ROUND VARIANT: one lockbench run; its numbers as VARIANT.
+lockd_bench() {
+	local r=$1 v=$2 o=$work/lockbench.out sock=$work/lockd.sock
+	local -a cmd
+	case $v in
+	echo) cmd=("$bin/lockbench" echo "$lockd_iters") ;;
+	echo_poll) cmd=("$bin/lockbench" echo-poll "$lockd_iters") ;;
+	lockd) cmd=("$bin/lockbench" lock "unix:$sock" "$lockd_iters") ;;
+	lockd_nospin) cmd=(env SHOAL_LKC_SPIN_US=0 "$bin/lockbench" lock "unix:$sock" "$lockd_iters") ;;
+	contend) cmd=("$bin/lockbench" contend "unix:$sock" $((lockd_iters / 10))) ;;
+	esac
+	if ! timeout -k 10 "$prog_timeout" "${cmd[@]}" >"$o" 2>"$o.err"; then
+		fail "$v" "$r" "lockbench ${cmd[*]##*/}: $(tail -n 5 "$o.err")"
+		return 1
+	fi
+	local m
+	for m in lat_p50_us lat_p99_us lat_avg_us ops_s handoffs_s; do
+		emit "$v" "$r" "$m" "$(field "$o" "$m")"
+	done
+}
+
+run_lockd() {
+	local r v sock=$work/lockd.sock
+	cur_raw=$work/lockd.raw
+	cur_out=$results/$stamp-lockd.txt
+	: >"$cur_raw"
+	: >"$cur_out"
+	printf 'rounds\t%s\n' "$lockd_rounds" >>"$cur_raw"
+	meta workload "lockd - one node (bench/lockbench.c) takes EX on one resource and releases it, $lockd_iters times per round after a warm-up; one lock+unlock = lkc_lock (a round trip to shoal-lockd over a Unix socket) + lkc_unlock (sent, not answered)"
+	meta "baseline" "echo = a bare Unix-socket echo with the same message sizes (64-byte write, 52-byte blocking read, forked echo server), same run; echo_poll = the same with the client polling recv(MSG_DONTWAIT) for the reply"
+	meta "variants" "lockd = the client as shipped (polls for its reply up to 50 us, then sleeps); lockd_nospin = SHOAL_LKC_SPIN_US=0 (always sleeps on a condition variable); contend = two nodes alternating EX on one resource through BASTs (handoffs/s)"
+	meta "target" "lock+unlock median latency lockd/echo <= 1.5x"
+	meta "rounds" "$lockd_rounds; one shoal-lockd per round; the order of the variants rotates per round"
+	meta "host" "$(uname -r), $(nproc) CPUs; load average at start $(cut -d' ' -f1-3 /proc/loadavg)"
+	meta "shoal" "$shoal_rev"
+	say "== lockd ($stamp, $lockd_rounds rounds, $lockd_iters iterations) =="
+	if ! cmake --build "$build" -j"$(nproc)" --target shoal-lockd lockbench >"$work/lockd-build.out" 2>&1; then
+		fail lockd 1 "build of shoal-lockd/lockbench failed: $(tail -n 5 "$work/lockd-build.out")"
+	else
+		cp "$build/shoal-lockd" "$build/lockbench" "$bin/"
+		local variants=(echo echo_poll lockd lockd_nospin)
+		for r in $(seq "$lockd_rounds"); do
+			rm -f "$sock"
+			"$bin/shoal-lockd" -f --listen "unix:$sock" 2>"$work/lockd.log" &
+			lockd_pid=$!
+			for _ in $(seq 100); do [ -S "$sock" ] && break; sleep 0.05; done
+			if [ ! -S "$sock" ]; then
+				fail lockd "$r" "shoal-lockd did not start: $(tail -n 5 "$work/lockd.log")"
+				lockd_teardown
+				continue
+			fi
+			local k=$(((r - 1) % ${#variants[@]})) i
+			for i in $(seq 0 $((${#variants[@]} - 1))); do
+				v=${variants[$(((k + i) % ${#variants[@]}))]}
+				lockd_bench "$r" "$v" || true
+			done
+			lockd_bench "$r" contend || true
+			lockd_teardown
+			say "  round $r: $(for v in "${variants[@]}"; do
+				printf '%s p50 %sus  ' "$v" "$(awk -v f=lat_p50_us -v v="$v" -v r="$r" -F'\t' '$1 == "val" && $2 == v && $3 == r && $4 == f { print $5 }' "$cur_raw")"
+			done)"
+		done
+	fi
+	meta "load" "load average at end $(cut -d' ' -f1-3 /proc/loadavg)"
+	say ""
+	python3 "$bench/report.py" "$cur_raw" | tee -a "$cur_out"
+	say ""
+	{
+		echo "raw results (report.py input):"
+		sed 's/^/  /' "$cur_raw"
+	} >>"$cur_out"
+	echo "(saved in ${cur_out#$shoal_top/})"
+	echo
+	cur_out=
+}
+# --- lockd (end) ---------------------------------------------------------------
+
 mkdir -p "$dir" "$results"
 if [ "$(findmnt -no FSTYPE -T "$dir" | head -n1)" = tmpfs ]; then
 	echo "bench/run.sh: $dir is on tmpfs, not a disk; use --dir" >&2
 	exit 2
 fi
 for w in "${workloads[@]}"; do
-	run_workload "$w"
+	if [ "$w" = lockd ]; then
+		run_lockd
+	else
+		run_workload "$w"
+	fi
 done
 if [ "$any_fail" = 1 ]; then
 	echo "bench/run.sh: some runs FAILED (see FAIL lines above)" >&2

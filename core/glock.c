@@ -230,6 +230,8 @@ static int lm_request(struct shoal_fs *fs, struct glock *gl, int state, int flag
 	got = gt->gt_lm->lm_lock(fs, gl, state, flags);
 	pthread_mutex_lock(&gt->gt_mutex);
 	gl->gl_flags &= ~GLF_INFLIGHT;
+	if (gl->gl_flags & GLF_QUEUED) /* a callback came meanwhile */
+		pthread_cond_signal(&gt->gt_wcond);
 	gl->gl_dcnt++;
 	gl->gl_rtt_ns += gl_now_ns() - t0;
 	gt->gt_requests++;
@@ -272,17 +274,37 @@ int gl_acquire(struct shoal_fs *fs, uint32_t type, uint64_t number, int state, i
 		}
 		if (gl->gl_state != GL_UN && gt->gt_lm->lm_cluster) {
 			/*
-			 * No up-conversion at the lock manager (two nodes
-			 * converting SH->EX would wait for each other): give
-			 * the lock back through the worker, which also clears
-			 * the kernel's caches, then ask afresh.
+			 * Up-conversion at the lock manager.  If another node
+			 * converts too, lockd answers -EDEADLK to one of us; the
+			 * loser gives its SH back at once (the kernel's caches
+			 * are told without waiting: its VFS may hold the
+			 * directory for this very request) and asks afresh.
 			 */
 			if (flags & GL_TRY) {
 				err = -EAGAIN;
 				break;
 			}
-			demote_queue(gt, gl, GL_UN);
-			pthread_cond_wait(&gt->gt_cond, &gt->gt_mutex);
+			int got = lm_request(fs, gl, state, 0);
+			if (got == -EDEADLK) {
+				while (gl->gl_holders || (gl->gl_flags & (GLF_INFLIGHT | GLF_DEMOTING)))
+					pthread_cond_wait(&gt->gt_cond, &gt->gt_mutex);
+				if (gl->gl_state == GL_UN)
+					continue;
+				gl->gl_gen = gen_next(gt);
+				gt->gt_lm->lm_unlock(fs, gl);
+				gl->gl_state = GL_UN;
+				gl->gl_demotions++;
+				if (gl->gl_type == GL_INODE && fs->fs_opts.mo_inval) {
+					pthread_mutex_unlock(&gt->gt_mutex);
+					fs->fs_opts.mo_inval(fs->fs_opts.mo_inval_arg, gl->gl_number);
+					pthread_mutex_lock(&gt->gt_mutex);
+				}
+				continue;
+			}
+			if (got < 0) {
+				err = got;
+				break;
+			}
 			continue;
 		}
 		int got = lm_request(fs, gl, state, flags);
@@ -605,7 +627,13 @@ static void demote_one(struct shoal_fs *fs, struct glock *gl)
 	pthread_mutex_lock(&gt->gt_mutex);
 	gl->gl_state = (uint8_t)target;
 	gl->gl_flags &= ~GLF_DEMOTING;
-	gl->gl_target = -1;
+	if (gl->gl_target >= 0 && gl->gl_target < target) {
+		int8_t next = gl->gl_target; /* a callback for less came meanwhile */
+		gl->gl_target = -1;
+		demote_queue(gt, gl, next);
+	} else {
+		gl->gl_target = -1;
+	}
 	gl->gl_demotions++;
 	gl->gl_released_ns = gl_now_ns();
 	pthread_cond_broadcast(&gt->gt_cond);
@@ -709,4 +737,40 @@ void gl_get_stats(struct shoal_fs *fs, struct gl_stats *st)
 	st->gs_restarts = gt->gt_restarts;
 	st->gs_recoveries = gt->gt_recoveries;
 	pthread_mutex_unlock(&gt->gt_mutex);
+}
+
+static const char *state_name(int st)
+{
+	static const char *const n[] = {"UN", "SH", "DF", "EX"};
+	return st >= 0 && st < 4 ? n[st] : "--";
+}
+
+int shoal_dump_glocks(struct shoal_fs *fs, FILE *out)
+{
+	struct gl_table *gt = fs->fs_gl;
+	uint64_t now = gl_now_ns();
+
+	pthread_mutex_lock(&gt->gt_mutex);
+	for (uint32_t i = 0; i <= gt->gt_mask; i++)
+		for (struct glock *gl = gt->gt_hash[i]; gl; gl = gl->gl_hnext) {
+			fprintf(out,
+				"G: s:%s n:%u/%llx f:%s%s%s%s t:%s d:%s/%llums hold:%ums h:%u "
+				"req:%llu local:%llu cb:%llu dem:%llu rtt:%lluus\n",
+				state_name(gl->gl_state), gl->gl_type,
+				(unsigned long long)gl->gl_number,
+				gl->gl_flags & GLF_INFLIGHT ? "I" : "",
+				gl->gl_flags & GLF_DEMOTING ? "D" : "",
+				gl->gl_flags & GLF_QUEUED ? "Q" : "",
+				gl->gl_flags & GLF_STICKY ? "S" : "",
+				state_name(gl->gl_state), state_name(gl->gl_target),
+				(unsigned long long)(gl->gl_flags & GLF_QUEUED
+							     ? (now - gl->gl_demote_ns) / 1000000
+							     : 0),
+				gl->gl_hold_ms, gl->gl_holders, (unsigned long long)gl->gl_dcnt,
+				(unsigned long long)gl->gl_qcnt, (unsigned long long)gl->gl_callbacks,
+				(unsigned long long)gl->gl_demotions,
+				(unsigned long long)(gl->gl_rtt_ns / 1000));
+		}
+	pthread_mutex_unlock(&gt->gt_mutex);
+	return 0;
 }

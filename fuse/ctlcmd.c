@@ -85,7 +85,14 @@ static int cmd_status(void *arg, const char *args, FILE *out)
 	return 0;
 }
 
+static int cmd_glocks(void *arg, const char *args, FILE *out)
+{
+	struct smount *sm = arg;
+	return shoal_dump_glocks(sm->sm_fs, out);
+}
+
 const struct ctl_cmd smount_ctl_cmds[] = {
+	{ "glocks", "every cached glock: state, flags, target, holders, counts", cmd_glocks },
 	{ "stat", "counters of this mount, one \"name value\" per line", cmd_stat },
 	{ "status", "device, mountpoint, node, lock, options, pid", cmd_status },
 	{ NULL, NULL, NULL },

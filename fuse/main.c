@@ -31,13 +31,17 @@
  *      requests and the control thread has stopped;
  *  (5) with lock=nolock the device is flock()ed, exclusively for a
  *      read-write mount and shared for a read-only one, from before
- *      shoal_mount until the process ends: one writer, or only readers.
+ *      shoal_mount until the process ends: one writer, or only readers;
+ *      cluster mounts take it shared, so no nolock writer joins them.
  */
 #include "smount.h"
+#include "names.h"
 
 #include "dev.h"
 
 #include <shoal/ctl.h>
+
+#include <pthread.h>
 
 #include <errno.h>
 #include <fcntl.h>
@@ -87,7 +91,10 @@ static void usage(FILE *out)
 		"shoal options:\n"
 		"  lock=nolock            a single node, no lock server (the default)\n"
 		"  lock=shoal://HOST:PORT, lock=shoal:unix:PATH\n"
-		"                         a shoal-lockd server (not supported yet)\n"
+		"                         a cluster: the shoal-lockd at that address\n"
+		"  secret=FILE            the cluster's shared secret (lockd --secret-file)\n"
+		"  hold=MS                longest adaptive minimum glock hold against\n"
+		"                         ping-pong between nodes (default 100; 0: none)\n"
 		"  node=NAME              this node's name (default: the host name)\n"
 		"  relatime|noatime|strictatime\n"
 		"                         when reads update atime (default: relatime)\n"
@@ -167,6 +174,9 @@ static int is_passthrough(const char *opt)
 }
 
 /* One option of -o: into sm->sm_opts or mo; exits 2 on a bad one. */
+static char *abs_path(const char *path, int dir);
+static pthread_mutex_t inval_lock = PTHREAD_MUTEX_INITIALIZER; /* sm_se's lifetime */
+
 static void parse_one(struct smount *sm, struct mount_args *ma, const char *opt)
 {
 	struct shoal_mount_opts *o = &sm->sm_opts;
@@ -177,10 +187,19 @@ static void parse_one(struct smount *sm, struct mount_args *ma, const char *opt)
 	if (!strncmp(opt, "lock=", 5)) {
 		if (!strcmp(val, "nolock"))
 			o->mo_lock = "nolock";
-		else if (!strncmp(val, "shoal://", 8) || !strncmp(val, "shoal:unix:", 11))
-			die_usage("lock=%s: not supported yet (only lock=nolock)", val);
+		else if ((!strncmp(val, "shoal://", 8) && val[8]) ||
+			 (!strncmp(val, "shoal:unix:", 11) && val[11]))
+			o->mo_lock = strdup(val);
 		else
 			die_usage("lock=%s: unknown lock protocol", val);
+	} else if (!strncmp(opt, "secret=", 7)) {
+		if (!*val)
+			die_usage("%s: want the file holding the cluster's secret", opt);
+		o->mo_secret = abs_path(val, 0);
+	} else if (!strncmp(opt, "hold=", 5)) {
+		if (parse_size(val, 0, &n) < 0 || n > 10000)
+			die_usage("%s: want milliseconds, 0 to 10000", opt);
+		o->mo_hold_ms = (unsigned)n;
 	} else if (!strncmp(opt, "node=", 5)) {
 		if (!*val || strlen(val) >= sizeof(sm->sm_node))
 			die_usage("%s: bad node name", opt);
@@ -486,7 +505,8 @@ static void pin_cpu(const struct mount_args *ma)
  */
 static int lock_device(struct smount *sm, struct shoal_dev *dev)
 {
-	int op = (sm->sm_opts.mo_readonly ? LOCK_SH : LOCK_EX) | LOCK_NB;
+	int cluster = strcmp(sm->sm_opts.mo_lock, "nolock") != 0;
+	int op = (sm->sm_opts.mo_readonly || cluster ? LOCK_SH : LOCK_EX) | LOCK_NB;
 
 	for (int tries = 0; flock(dev->d_fd, op) < 0; tries++) {
 		if (errno != EWOULDBLOCK) {
@@ -494,13 +514,137 @@ static int lock_device(struct smount *sm, struct shoal_dev *dev)
 			return -1;
 		}
 		if (tries == 200) {
-			fprintf(stderr, PROG ": %s: in use by another lock=nolock mount\n",
-				sm->sm_device);
+			fprintf(stderr, PROG ": %s: in use by a lock=nolock mount%s\n",
+				sm->sm_device, cluster ? "" : " or a cluster");
 			return -1;
 		}
 		usleep(50000);
 	}
 	return 0;
+}
+
+/*
+ * Kernel cache invalidation (glock.c (5)).  libshoal's demote worker asks
+ * before another node gets an inode's glock; the notifications run on
+ * threads of their own and the worker waits for them at most
+ * INVAL_WAIT_MS: a notification can block on a directory lock the kernel
+ * holds for a request of this very mount (two nodes changing one
+ * directory at once), and the worker must keep serving other glocks.
+ */
+#define INVAL_THREADS 4
+#define INVAL_WAIT_MS 200
+
+struct inval_job {
+	fuse_ino_t ij_ino;
+	int ij_done, ij_abandoned;
+	struct inval_job *ij_next;
+};
+
+static struct {
+	pthread_cond_t work, done;
+	struct inval_job *head, **tail;
+	struct smount *sm;
+	int started, stop;
+	pthread_t threads[INVAL_THREADS];
+} iq = {PTHREAD_COND_INITIALIZER, PTHREAD_COND_INITIALIZER, NULL, &iq.head, NULL, 0, 0, {0}};
+
+/* inval_lock held; releases it meanwhile */
+static void inval_now(struct smount *sm, fuse_ino_t fino)
+{
+	struct fuse_session *se = sm->sm_se;
+	char **names;
+	size_t n;
+
+	if (!se)
+		return; /* not mounted (yet, or any more): the kernel caches nothing */
+	pthread_mutex_unlock(&inval_lock);
+	n = names_take(fino, &names);
+	for (size_t i = 0; i < n; i++) {
+		fuse_lowlevel_notify_inval_entry(se, fino, names[i], strlen(names[i]));
+		free(names[i]);
+	}
+	free(names);
+	fuse_lowlevel_notify_inval_inode(se, fino, 0, 0);
+	pthread_mutex_lock(&inval_lock);
+}
+
+static void *inval_thread(void *arg)
+{
+	pthread_mutex_lock(&inval_lock);
+	for (;;) {
+		struct inval_job *j;
+		while (!iq.head && !iq.stop)
+			pthread_cond_wait(&iq.work, &inval_lock);
+		if (!iq.head)
+			break;
+		j = iq.head;
+		iq.head = j->ij_next;
+		if (!iq.head)
+			iq.tail = &iq.head;
+		inval_now(iq.sm, j->ij_ino);
+		if (j->ij_abandoned) {
+			free(j);
+		} else {
+			j->ij_done = 1;
+			pthread_cond_broadcast(&iq.done);
+		}
+	}
+	pthread_mutex_unlock(&inval_lock);
+	return arg;
+}
+
+static void smount_inval(void *arg, uint64_t ino)
+{
+	struct smount *sm = arg;
+	struct inval_job *j = calloc(1, sizeof(*j));
+	struct timespec ts;
+
+	if (!j)
+		return;
+	j->ij_ino = ino == shoal_root(sm->sm_fs) ? FUSE_ROOT_ID : (fuse_ino_t)ino;
+	clock_gettime(CLOCK_REALTIME, &ts);
+	ts.tv_nsec += INVAL_WAIT_MS * 1000000L;
+	ts.tv_sec += ts.tv_nsec / 1000000000L;
+	ts.tv_nsec %= 1000000000L;
+	pthread_mutex_lock(&inval_lock);
+	if (!iq.started || iq.stop || !sm->sm_se) {
+		pthread_mutex_unlock(&inval_lock);
+		free(j);
+		return;
+	}
+	*iq.tail = j;
+	iq.tail = &j->ij_next;
+	pthread_cond_signal(&iq.work);
+	while (!j->ij_done)
+		if (pthread_cond_timedwait(&iq.done, &inval_lock, &ts))
+			break;
+	if (j->ij_done)
+		free(j);
+	else
+		j->ij_abandoned = 1; /* the thread frees it */
+	pthread_mutex_unlock(&inval_lock);
+}
+
+static void inval_start(struct smount *sm)
+{
+	pthread_mutex_lock(&inval_lock);
+	iq.sm = sm;
+	for (int i = 0; i < INVAL_THREADS; i++)
+		if (pthread_create(&iq.threads[i], NULL, inval_thread, NULL) == 0)
+			iq.started++;
+	pthread_mutex_unlock(&inval_lock);
+}
+
+static void inval_stop(void)
+{
+	int n;
+	pthread_mutex_lock(&inval_lock);
+	iq.stop = 1;
+	n = iq.started;
+	pthread_cond_broadcast(&iq.work);
+	pthread_mutex_unlock(&inval_lock);
+	for (int i = 0; i < n; i++)
+		pthread_join(iq.threads[i], NULL);
 }
 
 int main(int argc, char **argv)
@@ -510,6 +654,7 @@ int main(int argc, char **argv)
 	struct fuse_args args = FUSE_ARGS_INIT(0, NULL);
 	struct fuse_loop_config *cfg;
 	struct ctl_server *ctl = NULL;
+	struct fuse_session *se;
 	struct shoal_dev *dev;
 	int c, ret, status = 0;
 
@@ -518,6 +663,7 @@ int main(int argc, char **argv)
 	sm.sm_opts.mo_commit_secs = 5;
 	sm.sm_opts.mo_cache_bytes = 256ull << 20;
 	sm.sm_opts.mo_journal = -1;
+	sm.sm_opts.mo_hold_ms = 100;
 	if (gethostname(sm.sm_node, sizeof(sm.sm_node) - 1) < 0 || !sm.sm_node[0])
 		strcpy(sm.sm_node, "localhost");
 
@@ -574,8 +720,15 @@ int main(int argc, char **argv)
 	 * Without a lock server nothing else may write the device: a second
 	 * read-write mount of it would corrupt it.  Read-only mounts share.
 	 */
-	if (!strcmp(sm.sm_opts.mo_lock, "nolock") && lock_device(&sm, dev) < 0)
+	if (lock_device(&sm, dev) < 0)
 		goto out_dev;
+	if (strcmp(sm.sm_opts.mo_lock, "nolock")) {
+		/* a cluster: the kernel's caches go when another node takes a glock */
+		names_enable();
+		inval_start(&sm);
+		sm.sm_opts.mo_inval = smount_inval;
+		sm.sm_opts.mo_inval_arg = &sm;
+	}
 	ret = shoal_mount(dev, &sm.sm_opts, &sm.sm_fs);
 	if (ret < 0) {
 		/* one line, with libshoal's reason; the device is still ours */
@@ -589,7 +742,9 @@ int main(int argc, char **argv)
 			why ? ": " : "", why ? why : "");
 	}
 
+	pthread_mutex_lock(&inval_lock);
 	sm.sm_se = fuse_session_new(&args, &smount_ops, sizeof(smount_ops), &sm);
+	pthread_mutex_unlock(&inval_lock);
 	if (!sm.sm_se) {
 		fprintf(stderr, PROG ": %s: cannot start the FUSE session\n", sm.sm_device);
 		status = 1;
@@ -635,7 +790,12 @@ out_signals:
 out_fuse_unmount:
 	fuse_session_unmount(sm.sm_se);
 out_destroy:
-	fuse_session_destroy(sm.sm_se); /* closes /dev/fuse: a pending stat fails */
+	pthread_mutex_lock(&inval_lock);
+	se = sm.sm_se;
+	sm.sm_se = NULL;
+	pthread_mutex_unlock(&inval_lock);
+	inval_stop(); /* no notification uses the session after this */
+	fuse_session_destroy(se); /* closes /dev/fuse: a pending stat fails */
 	ctl_stop(ctl);
 out_unmount:
 	ret = shoal_unmount(sm.sm_fs);

@@ -24,6 +24,7 @@
  *      through this kernel mount — later, because glock callbacks invalidate
  *      these caches (from a thread that is not serving a request).
  */
+#include "names.h"
 #include "smount.h"
 
 #include <errno.h>
@@ -187,6 +188,8 @@ static void op_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
 	int ret;
 
 	ret = shoal_lookup(fs, ino_in(fs, parent), name, &st);
+	if (ret == 0 || ret == -ENOENT)
+		names_note(parent, name);
 	if (ret == -ENOENT) {
 		/* A negative entry: the kernel remembers the name is free. */
 		memset(&e, 0, sizeof(e));
@@ -284,6 +287,7 @@ static void op_mknod(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t
 	struct stat st;
 
 	req_ctx(req, &ctx);
+	names_note(parent, name);
 	reply_entry(req, shoal_mknod(fs, &ctx, ino_in(fs, parent), name, mode, rdev, &st), &st);
 }
 
@@ -295,6 +299,7 @@ static void op_mkdir(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t
 	struct stat st;
 
 	req_ctx(req, &ctx);
+	names_note(parent, name);
 	reply_entry(req, shoal_mkdir(fs, &ctx, ino_in(fs, parent), name, mode, &st), &st);
 }
 
@@ -306,6 +311,7 @@ static void op_symlink(fuse_req_t req, const char *link, fuse_ino_t parent, cons
 	struct stat st;
 
 	req_ctx(req, &ctx);
+	names_note(parent, name);
 	reply_entry(req, shoal_symlink(fs, &ctx, ino_in(fs, parent), name, link, &st), &st);
 }
 
@@ -315,6 +321,7 @@ static void op_link(fuse_req_t req, fuse_ino_t ino, fuse_ino_t newparent, const 
 	struct shoal_fs *fs = FS(req);
 	struct stat st;
 
+	names_note(newparent, newname);
 	reply_entry(req, shoal_link(fs, ino_in(fs, ino), ino_in(fs, newparent), newname, &st),
 		    &st);
 }
@@ -385,6 +392,7 @@ static void op_create(fuse_req_t req, fuse_ino_t parent, const char *name, mode_
 	int ret;
 
 	req_ctx(req, &ctx);
+	names_note(parent, name);
 	ret = shoal_create(fs, &ctx, ino_in(fs, parent), name, mode, fi->flags, &st);
 	if (ret < 0)
 		goto out_err;
@@ -793,6 +801,7 @@ static void op_readdirplus(fuse_req_t req, fuse_ino_t ino, size_t size, off_t of
 		if (is_dot_or_dotdot(re->re_name)) {
 			e.attr = re->re_st; /* st_ino and type: all the kernel uses */
 		} else {
+			names_note(ino, re->re_name);
 			ret = shoal_lookup(fs, dir, re->re_name, &st);
 			if (ret < 0) {
 				/* Gone since it was listed, or unreadable (EIO): a

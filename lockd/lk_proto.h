@@ -14,7 +14,7 @@
 #include <stdint.h>
 #include <sys/socket.h>
 
-#define LKP_VERSION 1
+#define LKP_VERSION 1u
 #define LKP_HDR 12		/* len + type + hflags + seq */
 #define LKP_MAX_FRAME 4096	/* whole frame, length field included */
 #define LKP_NONCE 32

@@ -33,7 +33,8 @@
  *      is compatible with the granted locks (NL: always);
  *  (4) a BAST for wanted mode m goes to a holder at most once until that
  *      holder's granted mode changes (lk_bast_sent);
- *  (5) a resource with no locks is freed (its LVB with it);
+ *  (5) a resource with no locks is freed (its LVB with it); a new one's LVB
+ *      is zero and invalid until a PW/EX holder writes it;
  *  (6) a node is DEAD only after lease_ms without a heartbeat; the journal
  *      id and name of a DEAD node are not given to anyone before its
  *      RECOVERY_DONE;
@@ -188,7 +189,7 @@ struct lockd {
 	uint64_t ld_next_check;
 	pthread_t ld_thread;
 	int ld_threaded;
-	volatile int ld_stop;
+	int ld_stop;		 /* atomic: set by lockd_wake_stop */
 	uint64_t ld_now;
 };
 
@@ -375,6 +376,7 @@ static struct ld_res *res_get(struct lockd *d, uint32_t type, uint64_t number)
 		return NULL;
 	rs->rs_type = type;
 	rs->rs_number = number;
+	rs->rs_lvb_invalid = 1; /* nobody wrote it yet */
 	list_init(&rs->rs_granted);
 	list_init(&rs->rs_convert);
 	list_init(&rs->rs_wait);
@@ -1091,9 +1093,13 @@ static void conn_read(struct lockd *d, struct ld_conn *cn)
 
 	n = read(cn->cn_fd, cn->cn_in + cn->cn_inlen, sizeof(cn->cn_in) - cn->cn_inlen);
 	if (n < 0) {
+		char why[96];
+
 		if (errno == EAGAIN || errno == EINTR)
 			return;
-		conn_close(d, cn, cn->cn_state == CN_HELLO ? NULL : strerror(errno));
+		snprintf(why, sizeof(why), "read: %s%s", strerror(errno),
+			 cn->cn_inlen ? " (closed in the middle of a frame)" : "");
+		conn_close(d, cn, why);
 		return;
 	}
 	if (n == 0) {
@@ -1247,7 +1253,7 @@ int lockd_run(struct lockd *d)
 {
 	struct epoll_event evs[64];
 
-	while (!d->ld_stop) {
+	while (!__atomic_load_n(&d->ld_stop, __ATOMIC_ACQUIRE)) {
 		int timeout, n, i;
 
 		d->ld_now = lkp_now_ns();
@@ -1300,7 +1306,7 @@ void lockd_wake_stop(struct lockd *d)
 {
 	uint64_t one = 1;
 
-	d->ld_stop = 1;
+	__atomic_store_n(&d->ld_stop, 1, __ATOMIC_RELEASE);
 	if (write(d->ld_wakefd, &one, sizeof(one)) < 0) {
 		/* the flag alone stops the loop at its next turn */
 	}
@@ -1449,6 +1455,8 @@ void lockd_destroy(struct lockd *d)
 		return;
 	list_for_each_safe(p, t, &d->ld_conns) {
 		struct ld_conn *cn = container_of(p, struct ld_conn, cn_link);
+		if (cn->cn_node)
+			cn->cn_node->nd_conn = NULL;
 		cn->cn_node = NULL;
 		conn_close(d, cn, NULL);
 	}

@@ -20,7 +20,8 @@ enum lk_mode { LK_NL = 0, LK_CR = 1, LK_CW = 2, LK_PR = 3, LK_PW = 4, LK_EX = 5 
 
 #define LKF_TRY 0x1	/* fail with -EAGAIN if not grantable at once */
 #define LKF_TRY_1CB 0x2 /* with LKF_TRY: still send the blockers one blocking callback */
-#define LKF_LVB_INVALID 0x100 /* in *flags_out: lvb content is not valid (a holder died in PW/EX) */
+#define LKF_LVB_INVALID 0x100 /* in *flags_out: lvb content is not valid (a holder died in PW/EX,
+			       * or no PW/EX holder wrote it since lockd created the resource) */
 
 #define LK_LVB_LEN 32
 #define LK_NAME_MAX 63	/* node name bytes */

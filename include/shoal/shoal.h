@@ -13,6 +13,7 @@
 #define SHOAL_SHOAL_H
 
 #include <stddef.h>
+#include <stdio.h>
 #include <stdint.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
@@ -117,6 +118,8 @@ uint64_t shoal_root(struct shoal_fs *fs);
 uint32_t shoal_bsize(struct shoal_fs *fs);
 int shoal_is_readonly(struct shoal_fs *fs);
 void shoal_counters(struct shoal_fs *fs, struct shoal_counters *out);
+/* Every cached glock, one line each (shoal glocks; docs/LOCKING.md). */
+int shoal_dump_glocks(struct shoal_fs *fs, FILE *out);
 /* This node's journal (its slot in the cluster). */
 uint32_t shoal_journal_id(struct shoal_fs *fs);
 /* Why the mount went read-only, or NULL. */

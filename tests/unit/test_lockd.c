@@ -1,0 +1,1405 @@
+/*
+ * test_lockd.c - shoal-lockd and its client (lockd/, include/shoal/lockd.h)
+ * against docs/PROTOCOL.md, with an in-process server (lockd_start) on a
+ * Unix socket in a fresh temp directory, plain lkc clients as nodes, and
+ * raw sockets where a node must misbehave (go silent, send garbage).
+ *
+ *  - SHA-256 (FIPS 180-4) and HMAC-SHA256 (RFC 4231) test vectors;
+ *  - the DLM mode matrix, seen through try-locks of two nodes;
+ *  - queues: conversions before waiting requests, FIFO, no overtaking by a
+ *    compatible newcomer, down-conversions granted at once, conversion
+ *    deadlock refused with EDEADLK;
+ *  - BASTs: one per (holder, wanted mode) until the holder's mode changes;
+ *    try fails with no BAST, try_1cb sends one;
+ *  - LVBs: written under PW/EX on unlock or down-conversion, returned on
+ *    grant, invalid after a death in PW/EX;
+ *  - membership: refusals (name in use, table, journals, secret), jid reuse
+ *    by name, LEAVE releases everything;
+ *  - death: lease expiry (300 ms) of a silent node, journal locks freed,
+ *    zombies held until RECOVERY_DONE, RECOVER to all and to late joiners,
+ *    a rejoin under the dead name waits and gets its jid back;
+ *  - fencing: a client whose lockd stops answering fences itself within
+ *    lease/2 of its last answered heartbeat; a stopped lockd fences at once;
+ *  - hostile input (huge or short lengths, unknown types, garbage, a
+ *    slowloris handshake) costs only the offending connection;
+ *  - TCP on 127.0.0.1.
+ *
+ * Timing assertions use generous margins (the machines are shared); no
+ * test depends on speed, only on order and on upper bounds of seconds.
+ */
+#include <errno.h>
+#include <pthread.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "lk_proto.h"
+#include "lk_sha256.h"
+#include "shoal/lockd.h"
+
+#define TABLE "test:fs"
+#define MS 1000000ull
+
+/* --- fixture: one server per test, in a temp dir ------------------------------ */
+
+static char tdir[64];
+static char sockpath[96];
+static char addr[160];
+
+static pthread_mutex_t log_mu = PTHREAD_MUTEX_INITIALIZER;
+static char log_buf[1 << 16];
+static size_t log_len;
+
+static void cap_log(void *arg, int prio, const char *line)
+{
+	(void)arg;
+	(void)prio;
+	pthread_mutex_lock(&log_mu);
+	size_t n = strlen(line);
+	if (log_len + n + 2 < sizeof(log_buf)) {
+		memcpy(log_buf + log_len, line, n);
+		log_buf[log_len + n] = '\n';
+		log_len += n + 1;
+		log_buf[log_len] = 0;
+	}
+	pthread_mutex_unlock(&log_mu);
+	if (getenv("SHOAL_TEST_VERBOSE"))
+		fprintf(stderr, "  lockd: %s\n", line);
+}
+
+static uint64_t now_ns(void)
+{
+	return lkp_now_ns();
+}
+
+static void sleep_ms(unsigned ms)
+{
+	struct timespec ts = { ms / 1000, (long)(ms % 1000) * 1000000L };
+	nanosleep(&ts, NULL);
+}
+
+/* Wait up to ms for the server log to contain s. */
+static int log_wait(const char *s, unsigned ms)
+{
+	uint64_t end = now_ns() + ms * MS;
+
+	for (;;) {
+		pthread_mutex_lock(&log_mu);
+		int found = strstr(log_buf, s) != NULL;
+		pthread_mutex_unlock(&log_mu);
+		if (found)
+			return 1;
+		if (now_ns() > end)
+			return 0;
+		sleep_ms(5);
+	}
+}
+
+static struct lockd *server_start_cfg(struct lockd_config *cfg)
+{
+	struct lockd *d;
+	char err[256];
+	int rc;
+
+	pthread_mutex_lock(&log_mu);
+	log_len = 0;
+	log_buf[0] = 0;
+	pthread_mutex_unlock(&log_mu);
+	if (!cfg->nlisten) {
+		cfg->listen[0] = addr;
+		cfg->nlisten = 1;
+	}
+	cfg->log = cap_log;
+	rc = lockd_start(cfg, &d, err, sizeof(err));
+	if (rc)
+		fail_msg("lockd_start: %s", err);
+	return d;
+}
+
+static struct lockd *server_start(uint32_t lease_ms)
+{
+	struct lockd_config cfg = { .lease_ms = lease_ms };
+	return server_start_cfg(&cfg);
+}
+
+/* --- a test node: an lkc and what its callbacks saw --------------------------------- */
+
+struct tnode {
+	struct lkc *c;
+	uint32_t jid, lease;
+	pthread_mutex_t mu;
+	pthread_cond_t cv;
+	int nbast;
+	struct {
+		uint32_t type;
+		uint64_t number;
+		int wanted;
+	} bast[64];
+	int nrec;
+	struct {
+		uint32_t jid;
+		char name[64];
+	} rec[16];
+	int fenced;
+	uint64_t fenced_at;
+	char why[256];
+};
+
+static void cb_bast(void *arg, uint32_t type, uint64_t number, int wanted)
+{
+	struct tnode *t = arg;
+
+	pthread_mutex_lock(&t->mu);
+	if (t->nbast < 64) {
+		t->bast[t->nbast].type = type;
+		t->bast[t->nbast].number = number;
+		t->bast[t->nbast].wanted = wanted;
+	}
+	t->nbast++;
+	pthread_cond_broadcast(&t->cv);
+	pthread_mutex_unlock(&t->mu);
+}
+
+static void cb_recover(void *arg, uint32_t jid, const char *node)
+{
+	struct tnode *t = arg;
+
+	pthread_mutex_lock(&t->mu);
+	if (t->nrec < 16) {
+		t->rec[t->nrec].jid = jid;
+		snprintf(t->rec[t->nrec].name, 64, "%s", node);
+	}
+	t->nrec++;
+	pthread_cond_broadcast(&t->cv);
+	pthread_mutex_unlock(&t->mu);
+}
+
+static void cb_fenced(void *arg, const char *why)
+{
+	struct tnode *t = arg;
+
+	pthread_mutex_lock(&t->mu);
+	t->fenced++;
+	t->fenced_at = now_ns();
+	snprintf(t->why, sizeof(t->why), "%s", why);
+	pthread_cond_broadcast(&t->cv);
+	pthread_mutex_unlock(&t->mu);
+}
+
+/* t's fenced count and time, read under its mutex */
+static int fenced_of(struct tnode *t, uint64_t *at)
+{
+	int n;
+
+	pthread_mutex_lock(&t->mu);
+	n = t->fenced;
+	if (at)
+		*at = t->fenced_at;
+	pthread_mutex_unlock(&t->mu);
+	return n;
+}
+
+static const struct lkc_ops tops = { .bast = cb_bast, .recover = cb_recover, .fenced = cb_fenced };
+
+static int tnode_try_join(struct tnode *t, const char *name, const char *a, const char *table,
+			  uint32_t njournals, const char *secret, char *err, size_t errlen)
+{
+	struct lkc_config cfg = { .addr = a, .node = name, .table = table, .njournals = njournals,
+				  .secret_file = secret, .ops = &tops, .arg = t };
+
+	memset(t, 0, sizeof(*t));
+	pthread_mutex_init(&t->mu, NULL);
+	pthread_cond_init(&t->cv, NULL);
+	return lkc_connect(&cfg, &t->c, &t->jid, &t->lease, err, errlen);
+}
+
+static void tnode_join(struct tnode *t, const char *name)
+{
+	char err[256];
+	int rc = tnode_try_join(t, name, addr, TABLE, 4, NULL, err, sizeof(err));
+
+	if (rc)
+		fail_msg("join %s: %s", name, err);
+}
+
+static void tnode_close(struct tnode *t)
+{
+	lkc_close(t->c);
+	t->c = NULL;
+}
+
+/* Number of BASTs seen so far, after letting in-flight ones arrive for ms. */
+static int basts_after(struct tnode *t, unsigned ms)
+{
+	int n;
+
+	sleep_ms(ms);
+	pthread_mutex_lock(&t->mu);
+	n = t->nbast;
+	pthread_mutex_unlock(&t->mu);
+	return n;
+}
+
+/* Wait until t saw at least n BASTs (up to 3 s). */
+static void wait_basts(struct tnode *t, int n)
+{
+	uint64_t end = now_ns() + 3000 * MS;
+
+	pthread_mutex_lock(&t->mu);
+	while (t->nbast < n && now_ns() < end) {
+		pthread_mutex_unlock(&t->mu);
+		sleep_ms(2);
+		pthread_mutex_lock(&t->mu);
+	}
+	n = t->nbast >= n;
+	pthread_mutex_unlock(&t->mu);
+	assert_true(n);
+}
+
+static int wait_recover(struct tnode *t, int n, unsigned ms)
+{
+	uint64_t end = now_ns() + ms * MS;
+	int ok;
+
+	for (;;) {
+		pthread_mutex_lock(&t->mu);
+		ok = t->nrec >= n;
+		pthread_mutex_unlock(&t->mu);
+		if (ok || now_ns() > end)
+			return ok;
+		sleep_ms(5);
+	}
+}
+
+/* --- a lock request running in its own thread ----------------------------------------- */
+
+struct preq {
+	pthread_t th;
+	struct lkc *c;
+	uint32_t type;
+	uint64_t number;
+	int mode, flags;
+	uint8_t lvb[LK_LVB_LEN];
+	uint32_t fl;
+	int done, rc;
+	pthread_mutex_t mu;
+};
+
+static void *preq_run(void *arg)
+{
+	struct preq *p = arg;
+	int rc = lkc_lock(p->c, p->type, p->number, p->mode, p->flags, p->lvb, &p->fl);
+
+	pthread_mutex_lock(&p->mu);
+	p->rc = rc;
+	p->done = 1;
+	pthread_mutex_unlock(&p->mu);
+	return NULL;
+}
+
+static struct preq *preq_start(struct tnode *t, uint32_t type, uint64_t number, int mode)
+{
+	struct preq *p = calloc(1, sizeof(*p));
+
+	assert_non_null(p);
+	p->c = t->c;
+	p->type = type;
+	p->number = number;
+	p->mode = mode;
+	pthread_mutex_init(&p->mu, NULL);
+	assert_int_equal(pthread_create(&p->th, NULL, preq_run, p), 0);
+	return p;
+}
+
+static int preq_done(struct preq *p)
+{
+	int d;
+
+	pthread_mutex_lock(&p->mu);
+	d = p->done;
+	pthread_mutex_unlock(&p->mu);
+	return d;
+}
+
+/* Still waiting after ms (the request was not granted). */
+static void preq_assert_waiting(struct preq *p, unsigned ms)
+{
+	sleep_ms(ms);
+	assert_false(preq_done(p));
+}
+
+/* Join the request (it must finish within 3 s) and return its result. */
+static int preq_finish(struct preq *p)
+{
+	uint64_t end = now_ns() + 3000 * MS;
+	int rc;
+
+	while (!preq_done(p) && now_ns() < end)
+		sleep_ms(2);
+	if (!preq_done(p))
+		fail_msg("lock request %u/%llu mode %d did not complete", p->type,
+			 (unsigned long long)p->number, p->mode);
+	pthread_join(p->th, NULL);
+	rc = p->rc;
+	return rc;
+}
+
+/* --- raw protocol helpers ----------------------------------------------------------- */
+
+static int raw_connect(void)
+{
+	struct sockaddr_un sun = { .sun_family = AF_UNIX };
+	int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	struct timeval tv = { 3, 0 };
+
+	assert_true(fd >= 0);
+	snprintf(sun.sun_path, sizeof(sun.sun_path), "%s", sockpath);
+	assert_int_equal(connect(fd, (struct sockaddr *)&sun, sizeof(sun)), 0);
+	setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+	return fd;
+}
+
+static void raw_send(int fd, const void *buf, size_t len)
+{
+	assert_int_equal(send(fd, buf, len, MSG_NOSIGNAL), (ssize_t)len);
+}
+
+/* Read one frame (type returned, payload into p); -1 on EOF/timeout. */
+static int raw_frame(int fd, uint8_t *buf, size_t *plen)
+{
+	size_t have = 0, want = 4;
+
+	while (have < want) {
+		ssize_t n = read(fd, buf + have, want - have);
+		if (n <= 0)
+			return -1;
+		have += (size_t)n;
+		if (have == 4 && want == 4) {
+			want = 4 + lkp_get32(buf);
+			if (want > LKP_MAX_FRAME)
+				return -1;
+		}
+	}
+	*plen = want - LKP_HDR;
+	return lkp_get16(buf + 4);
+}
+
+/* 1 when the server closed fd (EOF) within 3 s, skipping frames it sent first. */
+static int raw_closed(int fd)
+{
+	uint8_t buf[LKP_MAX_FRAME];
+	size_t plen;
+
+	for (int i = 0; i < 1000; i++) {
+		ssize_t n = read(fd, buf, sizeof(buf));
+		if (n == 0)
+			return 1;
+		if (n < 0)
+			return errno == ECONNRESET;
+	}
+	(void)plen;
+	return 0;
+}
+
+/* Connect and join as name without a secret; returns the fd, jid in *jid. */
+static int raw_join(const char *name, uint32_t *jid)
+{
+	uint8_t buf[LKP_MAX_FRAME], *p = buf + LKP_HDR;
+	size_t plen, nl = strlen(name), tl = strlen(TABLE), len;
+	int fd = raw_connect();
+
+	assert_int_equal(raw_frame(fd, buf, &plen), LKP_CHALLENGE);
+	len = lkp_hdr(buf, LKP_JOIN, 0, LKP_JOIN_FIXED + nl + tl);
+	memset(p, 0, LKP_JOIN_FIXED);
+	lkp_put32(p, LKP_VERSION);
+	lkp_put32(p + 4, 4);
+	p[40] = (uint8_t)nl;
+	p[41] = (uint8_t)tl;
+	memcpy(p + 44, name, nl);
+	memcpy(p + 44 + nl, TABLE, tl);
+	raw_send(fd, buf, len);
+	assert_int_equal(raw_frame(fd, buf, &plen), LKP_JOIN_OK);
+	*jid = lkp_get32(p);
+	return fd;
+}
+
+/* LOCK frame for a raw node; waits for its GRANT. */
+static void raw_lock(int fd, uint32_t seq, uint32_t type, uint64_t number, int mode)
+{
+	uint8_t buf[LKP_MAX_FRAME], *p = buf + LKP_HDR;
+	size_t len = lkp_hdr(buf, LKP_LOCK, seq, LKP_LOCK_LEN), plen;
+	int t;
+
+	memset(p, 0, LKP_LOCK_LEN);
+	lkp_put32(p, type);
+	lkp_put64(p + 4, number);
+	lkp_put32(p + 12, (uint32_t)mode);
+	raw_send(fd, buf, len);
+	while ((t = raw_frame(fd, buf, &plen)) == LKP_RECOVER || t == LKP_BAST)
+		;
+	assert_int_equal(t, LKP_GRANT);
+	assert_int_equal(lkp_get32(buf + 8), seq);
+	assert_int_equal(lkp_get32(p), (uint32_t)mode);
+}
+
+/* The server still serves: a fresh node can join, lock and leave. */
+static void assert_serving(void)
+{
+	struct tnode t;
+
+	tnode_join(&t, "prober");
+	assert_int_equal(lkc_lock(t.c, 2, 424242, LK_EX, LKF_TRY, NULL, NULL), LK_EX);
+	assert_int_equal(lkc_unlock(t.c, 2, 424242, NULL), 0);
+	tnode_close(&t);
+}
+
+static int setup(void **state)
+{
+	(void)state;
+	snprintf(tdir, sizeof(tdir), "/tmp/shoal-lockd-XXXXXX");
+	if (!mkdtemp(tdir))
+		return -1;
+	snprintf(sockpath, sizeof(sockpath), "%s/lockd.sock", tdir);
+	snprintf(addr, sizeof(addr), "unix:%s", sockpath);
+	return 0;
+}
+
+static int teardown(void **state)
+{
+	char path[160];
+
+	(void)state;
+	snprintf(path, sizeof(path), "%s/secret", tdir);
+	unlink(path);
+	snprintf(path, sizeof(path), "%s/wrong", tdir);
+	unlink(path);
+	unlink(sockpath);
+	rmdir(tdir);
+	return 0;
+}
+
+/* --- tests -------------------------------------------------------------------------- */
+
+static void hex(const uint8_t *d, char *out)
+{
+	for (int i = 0; i < 32; i++)
+		sprintf(out + 2 * i, "%02x", d[i]);
+}
+
+static void test_sha256_vectors(void **state)
+{
+	static const char *abc448 = "abcdbcdecdefdefgefghfghighijhijkijkljklmklmnlmnomnopnopq";
+	uint8_t d[32], key[131];
+	char h[65];
+	struct lk_sha256 s;
+	char *mill = malloc(1000000);
+
+	(void)state;
+	lk_sha256("abc", 3, d);
+	hex(d, h);
+	assert_string_equal(h, "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
+	lk_sha256("", 0, d);
+	hex(d, h);
+	assert_string_equal(h, "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855");
+	lk_sha256(abc448, strlen(abc448), d);
+	hex(d, h);
+	assert_string_equal(h, "248d6a61d20638b8e5c026930c3e6039a33ce45964ff2167f6ecedd419db06c1");
+	/* one million 'a', fed in uneven pieces */
+	assert_non_null(mill);
+	memset(mill, 'a', 1000000);
+	lk_sha256_init(&s);
+	for (size_t off = 0, step = 1; off < 1000000; off += step, step = step * 7 % 997 + 1)
+		lk_sha256_update(&s, mill + off, off + step > 1000000 ? 1000000 - off : step);
+	lk_sha256_final(&s, d);
+	hex(d, h);
+	assert_string_equal(h, "cdc76e5c9914fb9281a1c7e284d73e67f1809a48a497200e046d39ccc7112cd0");
+	free(mill);
+
+	/* RFC 4231 test cases 1, 2, 6, 7 */
+	memset(key, 0x0b, 20);
+	lk_hmac_sha256(key, 20, "Hi There", 8, NULL, 0, d);
+	hex(d, h);
+	assert_string_equal(h, "b0344c61d8db38535ca8afceaf0bf12b881dc200c9833da726e9376c2e32cff7");
+	lk_hmac_sha256("Jefe", 4, "what do ya ", 11, "want for nothing?", 17, d);
+	hex(d, h);
+	assert_string_equal(h, "5bdcc146bf60754e6a042426089575c75a003f089d2739839dec58b964ec3843");
+	memset(key, 0xaa, 131);
+	lk_hmac_sha256(key, 131, "Test Using Larger Than Block-Size Key - Hash Key First", 54, NULL, 0,
+		       d);
+	hex(d, h);
+	assert_string_equal(h, "60e431591ee0b67f0d8a26aacbf5b77f8e0bc6213728c5140546040f0ee37f54");
+	{
+		const char *m = "This is a test using a larger than block-size key and a larger than "
+				"block-size data. The key needs to be hashed before being used by the "
+				"HMAC algorithm.";
+		lk_hmac_sha256(key, 131, m, strlen(m), NULL, 0, d);
+		hex(d, h);
+		assert_string_equal(h,
+				    "9b09ffa71b942fcb27635fbcd5b0e944bfdc63644f0713938a7f51535c3a35e2");
+	}
+}
+
+static void test_mode_matrix(void **state)
+{
+	/* VMS/DLM: NL CR CW PR PW EX */
+	static const int m[6][6] = {
+		{ 1, 1, 1, 1, 1, 1 }, { 1, 1, 1, 1, 1, 0 }, { 1, 1, 1, 0, 0, 0 },
+		{ 1, 1, 0, 1, 0, 0 }, { 1, 1, 0, 0, 0, 0 }, { 1, 0, 0, 0, 0, 0 },
+	};
+	struct lockd *d = server_start(5000);
+	struct tnode a, b;
+
+	(void)state;
+	tnode_join(&a, "a");
+	tnode_join(&b, "b");
+	for (int x = 0; x < 6; x++) {
+		for (int y = 0; y < 6; y++) {
+			uint64_t num = (uint64_t)(x * 6 + y);
+			int rc;
+
+			assert_int_equal(lk_compatible(x, y), m[x][y]);
+			assert_int_equal(lkc_lock(a.c, 2, num, x, 0, NULL, NULL), x);
+			rc = lkc_lock(b.c, 2, num, y, LKF_TRY, NULL, NULL);
+			if (m[x][y]) {
+				assert_int_equal(rc, y);
+				assert_int_equal(lkc_unlock(b.c, 2, num, NULL), 0);
+			} else {
+				assert_int_equal(rc, -EAGAIN);
+			}
+			assert_int_equal(lkc_unlock(a.c, 2, num, NULL), 0);
+		}
+	}
+	/* a plain try was never a reason to call anyone back */
+	assert_int_equal(basts_after(&a, 50), 0);
+	tnode_close(&a);
+	tnode_close(&b);
+	lockd_stop(d);
+}
+
+static void test_queues(void **state)
+{
+	struct lockd *d = server_start(5000);
+	struct tnode a, b, c, e;
+	struct preq *pc, *pd, *pb;
+
+	(void)state;
+	tnode_join(&a, "a");
+	tnode_join(&b, "b");
+	tnode_join(&c, "c");
+	tnode_join(&e, "e");
+
+	/* conversions before waiting requests: C waits first, B converts later */
+	assert_int_equal(lkc_lock(a.c, 2, 1, LK_EX, 0, NULL, NULL), LK_EX);
+	assert_int_equal(lkc_lock(b.c, 2, 1, LK_NL, 0, NULL, NULL), LK_NL);
+	pc = preq_start(&c, 2, 1, LK_EX);
+	preq_assert_waiting(pc, 50);
+	pb = preq_start(&b, 2, 1, LK_EX); /* NL -> EX: a conversion */
+	preq_assert_waiting(pb, 50);
+	lkc_unlock(a.c, 2, 1, NULL);
+	assert_int_equal(preq_finish(pb), LK_EX);
+	preq_assert_waiting(pc, 50);
+	lkc_unlock(b.c, 2, 1, NULL);
+	assert_int_equal(preq_finish(pc), LK_EX);
+	lkc_unlock(c.c, 2, 1, NULL);
+	free(pb);
+	free(pc);
+
+	/* FIFO in the wait queue, and no overtaking by a compatible newcomer */
+	assert_int_equal(lkc_lock(a.c, 2, 2, LK_PR, 0, NULL, NULL), LK_PR);
+	pc = preq_start(&c, 2, 2, LK_EX);
+	preq_assert_waiting(pc, 50);
+	pd = preq_start(&e, 2, 2, LK_PR); /* compatible with A's PR, but C waits */
+	preq_assert_waiting(pd, 50);
+	assert_int_equal(lkc_lock(b.c, 2, 2, LK_PR, LKF_TRY, NULL, NULL), -EAGAIN);
+	lkc_unlock(a.c, 2, 2, NULL);
+	assert_int_equal(preq_finish(pc), LK_EX);
+	preq_assert_waiting(pd, 50);
+	lkc_unlock(c.c, 2, 2, NULL);
+	assert_int_equal(preq_finish(pd), LK_PR);
+	lkc_unlock(e.c, 2, 2, NULL);
+	free(pc);
+	free(pd);
+
+	/* a down-conversion is granted at once and lets compatible waiters in */
+	assert_int_equal(lkc_lock(a.c, 2, 3, LK_EX, 0, NULL, NULL), LK_EX);
+	pc = preq_start(&c, 2, 3, LK_PR);
+	preq_assert_waiting(pc, 50);
+	assert_int_equal(lkc_lock(a.c, 2, 3, LK_PR, 0, NULL, NULL), LK_PR);
+	assert_int_equal(preq_finish(pc), LK_PR);
+	/* an up-conversion waits for the other holder */
+	pb = preq_start(&a, 2, 3, LK_EX);
+	preq_assert_waiting(pb, 50);
+	/* the second PR->EX would deadlock with the first: refused, mode kept */
+	assert_int_equal(lkc_lock(c.c, 2, 3, LK_EX, 0, NULL, NULL), -EDEADLK);
+	assert_int_equal(lkc_lock(e.c, 2, 3, LK_CR, LKF_TRY, NULL, NULL), -EAGAIN); /* queue busy */
+	lkc_unlock(c.c, 2, 3, NULL);
+	assert_int_equal(preq_finish(pb), LK_EX);
+	lkc_unlock(a.c, 2, 3, NULL);
+	free(pc);
+	free(pb);
+
+	/* unlocking with a request in flight cancels it */
+	assert_int_equal(lkc_lock(a.c, 2, 4, LK_EX, 0, NULL, NULL), LK_EX);
+	pc = preq_start(&c, 2, 4, LK_EX);
+	preq_assert_waiting(pc, 50);
+	lkc_unlock(c.c, 2, 4, NULL);
+	assert_int_equal(preq_finish(pc), -ECANCELED);
+	lkc_unlock(a.c, 2, 4, NULL);
+	assert_int_equal(lkc_lock(c.c, 2, 4, LK_EX, LKF_TRY, NULL, NULL), LK_EX);
+	free(pc);
+
+	/* bad modes are refused by the client */
+	assert_int_equal(lkc_lock(a.c, 2, 5, 6, 0, NULL, NULL), -EINVAL);
+	assert_int_equal(lkc_lock(a.c, 2, 5, -1, 0, NULL, NULL), -EINVAL);
+
+	tnode_close(&a);
+	tnode_close(&b);
+	tnode_close(&c);
+	tnode_close(&e);
+	lockd_stop(d);
+}
+
+static void test_basts(void **state)
+{
+	struct lockd *d = server_start(5000);
+	struct tnode a, b, c, e;
+	struct preq *pb, *pc, *pe;
+
+	(void)state;
+	tnode_join(&a, "a");
+	tnode_join(&b, "b");
+	tnode_join(&c, "c");
+	tnode_join(&e, "e");
+	assert_int_equal(lkc_lock(a.c, 2, 10, LK_EX, 0, NULL, NULL), LK_EX);
+	pb = preq_start(&b, 2, 10, LK_PR);
+	wait_basts(&a, 1);
+	assert_int_equal(a.bast[0].type, 2);
+	assert_int_equal(a.bast[0].number, 10);
+	assert_int_equal(a.bast[0].wanted, LK_PR);
+	pc = preq_start(&c, 2, 10, LK_PR); /* same wanted mode: no second BAST */
+	preq_assert_waiting(pc, 50);
+	assert_int_equal(basts_after(&a, 50), 1);
+	pe = preq_start(&e, 2, 10, LK_EX); /* another mode: one more */
+	wait_basts(&a, 2);
+	assert_int_equal(a.bast[1].wanted, LK_EX);
+	assert_int_equal(basts_after(&a, 50), 2);
+	/* A gives way to NL: B and C get PR, E (EX) now waits on them */
+	assert_int_equal(lkc_lock(a.c, 2, 10, LK_NL, 0, NULL, NULL), LK_NL);
+	assert_int_equal(preq_finish(pb), LK_PR);
+	assert_int_equal(preq_finish(pc), LK_PR);
+	wait_basts(&b, 1);
+	wait_basts(&c, 1);
+	assert_int_equal(b.bast[0].wanted, LK_EX);
+	assert_int_equal(c.bast[0].wanted, LK_EX);
+	assert_int_equal(basts_after(&a, 50), 2); /* NL is in nobody's way */
+	/* A's mode changed: a new conflict calls it back again */
+	lkc_unlock(b.c, 2, 10, NULL);
+	lkc_unlock(c.c, 2, 10, NULL);
+	assert_int_equal(preq_finish(pe), LK_EX);
+	assert_int_equal(lkc_lock(a.c, 2, 10, LK_PR, LKF_TRY, NULL, NULL), -EAGAIN);
+	assert_int_equal(basts_after(&e, 50), 0); /* plain try: no callback */
+	assert_int_equal(lkc_lock(a.c, 2, 10, LK_PR, LKF_TRY | LKF_TRY_1CB, NULL, NULL), -EAGAIN);
+	wait_basts(&e, 1);
+	assert_int_equal(e.bast[0].wanted, LK_PR);
+	assert_int_equal(lkc_lock(a.c, 2, 10, LK_PR, LKF_TRY | LKF_TRY_1CB, NULL, NULL), -EAGAIN);
+	assert_int_equal(basts_after(&e, 50), 1); /* once per (holder, mode) */
+	/* a try that can be granted is */
+	lkc_unlock(e.c, 2, 10, NULL);
+	assert_int_equal(lkc_lock(a.c, 2, 10, LK_EX, LKF_TRY | LKF_TRY_1CB, NULL, NULL), LK_EX);
+	{
+		struct lkc_stats st;
+		lkc_get_stats(a.c, &st);
+		assert_true(st.basts == 2 && st.tries_failed == 3 && st.grants >= 3);
+	}
+	free(pb);
+	free(pc);
+	free(pe);
+	tnode_close(&a);
+	tnode_close(&b);
+	tnode_close(&c);
+	tnode_close(&e);
+	lockd_stop(d);
+}
+
+static void test_lvb(void **state)
+{
+	struct lockd *d = server_start(5000);
+	struct tnode a, b;
+	uint8_t v[32], w[32];
+	uint32_t fl = 123;
+
+	(void)state;
+	tnode_join(&a, "a");
+	tnode_join(&b, "b");
+	memset(v, 0xee, sizeof(v));
+	assert_int_equal(lkc_lock(a.c, 3, 1, LK_EX, 0, v, &fl), LK_EX);
+	assert_int_equal(fl, LKF_LVB_INVALID); /* a fresh resource's LVB: zero, never written */
+	memset(w, 0, sizeof(w));
+	assert_memory_equal(v, w, 32);
+	memcpy(v, "hello, lvb", 11);
+	/* B keeps the resource (and its LVB) alive across A's unlock */
+	struct preq *pb = preq_start(&b, 3, 1, LK_NL);
+	assert_int_equal(preq_finish(pb), LK_NL);
+	free(pb);
+	lkc_unlock(a.c, 3, 1, v);
+	assert_int_equal(lkc_lock(b.c, 3, 1, LK_PR, 0, w, &fl), LK_PR);
+	assert_memory_equal(w, "hello, lvb", 11);
+	assert_int_equal(fl, 0);
+	/* a PR holder cannot write it */
+	memcpy(w, "not written", 12);
+	assert_int_equal(lkc_lock(b.c, 3, 1, LK_NL, 0, w, NULL), LK_NL);
+	assert_int_equal(lkc_lock(a.c, 3, 1, LK_PW, 0, v, NULL), LK_PW);
+	assert_memory_equal(v, "hello, lvb", 11);
+	/* a down-conversion from PW writes it */
+	memcpy(v, "world", 6);
+	assert_int_equal(lkc_lock(a.c, 3, 1, LK_NL, 0, v, NULL), LK_NL);
+	memset(w, 0, sizeof(w));
+	assert_int_equal(lkc_lock(b.c, 3, 1, LK_CR, 0, w, NULL), LK_CR);
+	assert_memory_equal(w, "world", 6);
+	tnode_close(&a);
+	tnode_close(&b);
+	lockd_stop(d);
+}
+
+static void write_file(const char *path, const char *s)
+{
+	FILE *f = fopen(path, "w");
+
+	assert_non_null(f);
+	fputs(s, f);
+	fclose(f);
+}
+
+static void test_join_refusals(void **state)
+{
+	char secret[160], wrong[160], err[256];
+	struct tnode a, b, x;
+	struct lockd *d;
+	int rc;
+
+	(void)state;
+	d = server_start(5000);
+	tnode_join(&a, "a");
+	assert_int_equal(a.jid, 0);
+	rc = tnode_try_join(&x, "a", addr, TABLE, 4, NULL, err, sizeof(err));
+	assert_int_equal(rc, -EADDRINUSE);
+	assert_non_null(strstr(err, "node name a already in use"));
+	assert_non_null(strstr(err, addr));
+	rc = tnode_try_join(&x, "b", addr, "test:other", 4, NULL, err, sizeof(err));
+	assert_int_equal(rc, -EINVAL);
+	assert_non_null(strstr(err, "serves table test:fs, not test:other"));
+	tnode_join(&b, "b");
+	assert_int_equal(b.jid, 1);
+	rc = tnode_try_join(&x, "c", addr, TABLE, 2, NULL, err, sizeof(err));
+	assert_int_equal(rc, -ENOSPC);
+	assert_non_null(strstr(err, "all 2 journals in use"));
+	rc = tnode_try_join(&x, "bad name", addr, TABLE, 4, NULL, err, sizeof(err));
+	assert_int_equal(rc, -EINVAL);
+	assert_true(log_wait("refused", 100));
+	tnode_close(&a);
+	tnode_close(&b);
+	lockd_stop(d);
+
+	/* nobody listening */
+	rc = tnode_try_join(&x, "a", addr, TABLE, 4, NULL, err, sizeof(err));
+	assert_true(rc < 0);
+	assert_non_null(strstr(err, "connect: "));
+
+	/* secrets */
+	snprintf(secret, sizeof(secret), "%s/secret", tdir);
+	snprintf(wrong, sizeof(wrong), "%s/wrong", tdir);
+	write_file(secret, "");
+	{
+		struct lockd_config cfg = { .lease_ms = 5000, .secret_file = secret,
+					    .listen = { addr }, .nlisten = 1 };
+		struct lockd *dd;
+		assert_int_equal(lockd_start(&cfg, &dd, err, sizeof(err)), -ENODATA);
+		assert_non_null(strstr(err, "empty"));
+	}
+	write_file(secret, "sesame\n");
+	write_file(wrong, "sesame!\n");
+	{
+		struct lockd_config cfg = { .lease_ms = 5000, .secret_file = secret };
+		d = server_start_cfg(&cfg);
+	}
+	rc = tnode_try_join(&x, "a", addr, TABLE, 4, wrong, err, sizeof(err));
+	assert_int_equal(rc, -EACCES);
+	assert_non_null(strstr(err, "bad secret"));
+	rc = tnode_try_join(&x, "a", addr, TABLE, 4, NULL, err, sizeof(err));
+	assert_int_equal(rc, -EACCES);
+	write_file(wrong, "sesame"); /* the same key: trailing newline stripped */
+	rc = tnode_try_join(&a, "a", addr, TABLE, 4, wrong, err, sizeof(err));
+	assert_int_equal(rc, 0);
+	assert_int_equal(lkc_lock(a.c, 2, 1, LK_EX, 0, NULL, NULL), LK_EX);
+	tnode_close(&a);
+	lockd_stop(d);
+}
+
+static void test_rejoin_jid(void **state)
+{
+	struct lockd *d = server_start(5000);
+	struct tnode a, b, c;
+	struct preq *p;
+
+	(void)state;
+	tnode_join(&a, "a");
+	tnode_join(&b, "b");
+	assert_int_equal(a.jid, 0);
+	assert_int_equal(b.jid, 1);
+	/* LEAVE releases the leaver's locks at once, and nobody recovers it */
+	assert_int_equal(lkc_lock(b.c, 2, 1, LK_EX, 0, NULL, NULL), LK_EX);
+	p = preq_start(&a, 2, 1, LK_EX);
+	preq_assert_waiting(p, 50);
+	tnode_close(&b);
+	assert_int_equal(preq_finish(p), LK_EX);
+	free(p);
+	tnode_close(&a);
+	/* b comes back first: its own jid 1, not the lowest free 0 */
+	tnode_join(&b, "b");
+	assert_int_equal(b.jid, 1);
+	tnode_join(&c, "c");
+	assert_int_equal(c.jid, 0);
+	tnode_join(&a, "a"); /* its jid 0 is taken now */
+	assert_int_equal(a.jid, 2);
+	assert_int_equal(wait_recover(&a, 1, 100), 0);
+	tnode_close(&a);
+	tnode_close(&b);
+	tnode_close(&c);
+	lockd_stop(d);
+}
+
+struct joiner {
+	pthread_t th;
+	struct tnode t;
+	const char *name;
+	int rc;
+	char err[256];
+};
+
+static void *joiner_run(void *arg)
+{
+	struct joiner *j = arg;
+
+	j->rc = tnode_try_join(&j->t, j->name, addr, TABLE, 4, NULL, j->err, sizeof(j->err));
+	return NULL;
+}
+
+static void test_death_recovery(void **state)
+{
+	struct lockd *d = server_start(300);
+	struct tnode a, b, late;
+	struct preq *pz, *pw;
+	struct joiner j = { .name = "v" };
+	uint32_t vjid, fl;
+	uint64_t t0;
+	uint8_t lvb[32];
+	int vfd;
+
+	(void)state;
+	tnode_join(&a, "a");
+	tnode_join(&b, "b");
+	t0 = now_ns();
+	vfd = raw_join("v", &vjid);
+	assert_int_equal(vjid, 2);
+	raw_lock(vfd, 1, 2, 100, LK_EX);	/* an inode */
+	raw_lock(vfd, 2, 9, vjid, LK_EX);	/* its journal */
+	raw_lock(vfd, 3, 3, 7, LK_PW);		/* a resource group */
+	raw_lock(vfd, 4, 2, 101, LK_PR);
+	/* v goes silent (socket open): dead after the lease, not before */
+	pz = preq_start(&b, 2, 100, LK_EX);
+	pw = preq_start(&b, 3, 7, LK_PR);
+	sleep_ms(150);
+	assert_false(preq_done(pz));
+	assert_int_equal(lkc_lock(a.c, 9, vjid, LK_EX, LKF_TRY, NULL, NULL), -EAGAIN);
+	assert_int_equal(wait_recover(&a, 1, 0), 0);
+	assert_true(wait_recover(&a, 1, 2000));
+	assert_true(wait_recover(&b, 1, 2000));
+	assert_true(now_ns() - t0 >= 300 * MS);
+	assert_int_equal(a.rec[0].jid, vjid);
+	assert_string_equal(a.rec[0].name, "v");
+	assert_int_equal(b.rec[0].jid, vjid);
+	assert_true(log_wait("node v (jid 2) is dead", 100));
+	assert_true(raw_closed(vfd));
+	close(vfd);
+	/* its journal lock is free at once; everything else is a zombie */
+	assert_int_equal(lkc_lock(a.c, 9, vjid, LK_EX, LKF_TRY, NULL, NULL), LK_EX);
+	assert_int_equal(lkc_lock(a.c, 2, 101, LK_PR, LKF_TRY, NULL, NULL), LK_PR);
+	assert_int_equal(lkc_lock(a.c, 2, 101, LK_EX, LKF_TRY, NULL, NULL), -EAGAIN);
+	preq_assert_waiting(pz, 100);
+	assert_false(preq_done(pw));
+	/* a node joining now hears of the pending recovery */
+	tnode_join(&late, "late");
+	assert_int_equal(late.jid, 3);
+	assert_true(wait_recover(&late, 1, 1000));
+	assert_int_equal(late.rec[0].jid, vjid);
+	/* v itself retries its join until the recovery is done */
+	assert_int_equal(pthread_create(&j.th, NULL, joiner_run, &j), 0);
+	sleep_ms(200);
+	assert_int_equal(lkc_recovery_done(a.c, 77), -ENOENT);
+	assert_false(preq_done(pz));
+	assert_int_equal(lkc_recovery_done(a.c, vjid), 0);
+	assert_int_equal(preq_finish(pz), LK_EX);
+	assert_int_equal(preq_finish(pw), LK_PR);
+	assert_true(pw->fl & LKF_LVB_INVALID);
+	assert_true(pz->fl & LKF_LVB_INVALID); /* v held both in PW/EX */
+	pthread_join(j.th, NULL);
+	if (j.rc)
+		fail_msg("rejoin of v: %s", j.err);
+	assert_int_equal(j.t.jid, vjid); /* its old journal */
+	/* the LVB becomes valid again once written */
+	lkc_unlock(a.c, 9, vjid, NULL);
+	lkc_unlock(b.c, 3, 7, NULL);
+	memset(lvb, 7, sizeof(lvb));
+	assert_int_equal(lkc_lock(a.c, 3, 7, LK_EX, 0, lvb, &fl), LK_EX);
+	assert_true(fl & LKF_LVB_INVALID);
+	assert_int_equal(lkc_lock(a.c, 3, 7, LK_PR, 0, lvb, &fl), LK_PR);
+	assert_false(fl & LKF_LVB_INVALID);
+	assert_int_equal(lkc_recovery_done(a.c, vjid), -ENOENT);
+	free(pz);
+	free(pw);
+	lkc_close(j.t.c);
+	tnode_close(&late);
+	tnode_close(&a);
+	tnode_close(&b);
+	lockd_stop(d);
+}
+
+/* A node that closes its socket without LEAVE lives until its lease ends. */
+static void test_death_lvb_ex(void **state)
+{
+	struct lockd *d = server_start(300);
+	struct tnode a;
+	uint32_t vjid, fl;
+	uint8_t lvb[32];
+	int vfd;
+
+	(void)state;
+	tnode_join(&a, "a");
+	/* A writes valid LVBs and keeps both resources alive with NL */
+	assert_int_equal(lkc_lock(a.c, 2, 100, LK_EX, 0, lvb, NULL), LK_EX);
+	memset(lvb, 5, sizeof(lvb));
+	assert_int_equal(lkc_lock(a.c, 2, 100, LK_NL, 0, lvb, NULL), LK_NL);
+	assert_int_equal(lkc_lock(a.c, 2, 200, LK_EX, 0, lvb, NULL), LK_EX);
+	memset(lvb, 5, sizeof(lvb));
+	assert_int_equal(lkc_lock(a.c, 2, 200, LK_NL, 0, lvb, &fl), LK_NL);
+	assert_false(fl & LKF_LVB_INVALID);
+	vfd = raw_join("v", &vjid);
+	raw_lock(vfd, 1, 2, 100, LK_EX);
+	raw_lock(vfd, 2, 2, 200, LK_CW);
+	/* v closes without LEAVE: still alive until its lease runs out */
+	close(vfd);
+	sleep_ms(100);
+	assert_int_equal(lkc_lock(a.c, 2, 100, LK_PR, LKF_TRY, NULL, NULL), -EAGAIN);
+	assert_int_equal(wait_recover(&a, 1, 0), 0);
+	assert_true(wait_recover(&a, 1, 2000));
+	assert_int_equal(lkc_recovery_done(a.c, vjid), 0);
+	memset(lvb, 0, sizeof(lvb));
+	assert_int_equal(lkc_lock(a.c, 2, 100, LK_PR, 0, lvb, &fl), LK_PR);
+	assert_true(fl & LKF_LVB_INVALID); /* v died holding EX */
+	assert_int_equal(lvb[0], 5);	   /* the last value written stays readable */
+	assert_int_equal(lkc_lock(a.c, 2, 200, LK_PR, 0, lvb, &fl), LK_PR);
+	assert_false(fl & LKF_LVB_INVALID); /* CW does not write the LVB */
+	tnode_close(&a);
+	lockd_stop(d);
+}
+
+/* A fake lockd: completes the handshake with lease_ms, then never answers. */
+struct fake {
+	pthread_t th;
+	int lfd, cfd;
+	uint32_t lease_ms;
+};
+
+static void *fake_run(void *arg)
+{
+	struct fake *f = arg;
+	uint8_t buf[LKP_MAX_FRAME], *p = buf + LKP_HDR;
+	size_t plen, len;
+
+	f->cfd = accept(f->lfd, NULL, NULL);
+	if (f->cfd < 0)
+		return NULL;
+	len = lkp_hdr(buf, LKP_CHALLENGE, 0, LKP_CHALLENGE_LEN);
+	memset(p, 0, LKP_CHALLENGE_LEN);
+	lkp_put32(p, LKP_VERSION);
+	lkp_put32(p + 8, f->lease_ms);
+	if (send(f->cfd, buf, len, MSG_NOSIGNAL) != (ssize_t)len)
+		return NULL;
+	if (raw_frame(f->cfd, buf, &plen) != LKP_JOIN)
+		return NULL;
+	len = lkp_hdr(buf, LKP_JOIN_OK, 0, LKP_JOIN_OK_LEN);
+	lkp_put32(p, 0);
+	lkp_put32(p + 4, f->lease_ms);
+	if (send(f->cfd, buf, len, MSG_NOSIGNAL) != (ssize_t)len)
+		return NULL;
+	while (read(f->cfd, buf, sizeof(buf)) > 0)
+		; /* heartbeats go unanswered */
+	return NULL;
+}
+
+/* Wait until t heard RECOVER for jid. */
+static int wait_recover_jid(struct tnode *t, uint32_t jid, unsigned ms)
+{
+	uint64_t end = now_ns() + ms * MS;
+
+	for (;;) {
+		int found = 0;
+		pthread_mutex_lock(&t->mu);
+		for (int i = 0; i < t->nrec && i < 16; i++)
+			found |= t->rec[i].jid == jid;
+		pthread_mutex_unlock(&t->mu);
+		if (found)
+			return 1;
+		if (now_ns() > end)
+			return 0;
+		sleep_ms(5);
+	}
+}
+
+static void test_fencing(void **state)
+{
+	struct sockaddr_un sun = { .sun_family = AF_UNIX };
+	struct fake f = { .lease_ms = 400 };
+	struct tnode t;
+	struct lockd *d;
+	char err[256];
+	uint64_t t0, t1;
+
+	(void)state;
+	/* lockd alive but silent: fenced no later than lease/2 after the JOIN */
+	snprintf(sun.sun_path, sizeof(sun.sun_path), "%s", sockpath);
+	f.lfd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	assert_int_equal(bind(f.lfd, (struct sockaddr *)&sun, sizeof(sun)), 0);
+	assert_int_equal(listen(f.lfd, 1), 0);
+	assert_int_equal(pthread_create(&f.th, NULL, fake_run, &f), 0);
+	t0 = now_ns();
+	if (tnode_try_join(&t, "a", addr, TABLE, 4, NULL, err, sizeof(err)))
+		fail_msg("join fake: %s", err);
+	assert_int_equal(t.lease, 400);
+	sleep_ms(150);
+	assert_int_equal(fenced_of(&t, NULL), 0); /* before lease/2 nothing happens */
+	for (int i = 0; i < 200 && !fenced_of(&t, NULL); i++)
+		sleep_ms(5);
+	assert_int_equal(fenced_of(&t, &t1), 1);
+	/* lease/2 = 200 ms after the JOIN was sent (before t0 + connect time) */
+	assert_true(t1 - t0 <= 200 * MS + 60 * MS);
+	assert_non_null(strstr(t.why, "no heartbeat answer"));
+	assert_int_equal(lkc_lock(t.c, 2, 1, LK_EX, 0, NULL, NULL), -ENOTCONN);
+	assert_int_equal(lkc_unlock(t.c, 2, 1, NULL), -ENOTCONN);
+	sleep_ms(50);
+	assert_int_equal(fenced_of(&t, NULL), 1); /* once */
+	tnode_close(&t);
+	pthread_join(f.th, NULL); /* the client's close ends its read loop */
+	close(f.cfd);
+	close(f.lfd);
+	unlink(sockpath);
+
+	/* a live client keeps its lease across several leases */
+	d = server_start(200);
+	tnode_join(&t, "a");
+	assert_int_equal(lkc_lock(t.c, 2, 1, LK_EX, 0, NULL, NULL), LK_EX);
+	sleep_ms(700);
+	assert_int_equal(fenced_of(&t, NULL), 0);
+	assert_int_equal(lkc_lock(t.c, 2, 2, LK_EX, 0, NULL, NULL), LK_EX);
+	/* a waiter is woken when lockd goes away, and the node fences at once */
+	{
+		struct tnode u;
+		struct preq *p;
+		tnode_join(&u, "u");
+		p = preq_start(&u, 2, 1, LK_EX);
+		preq_assert_waiting(p, 30);
+		t0 = now_ns();
+		lockd_stop(d);
+		assert_int_equal(preq_finish(p), -ENOTCONN);
+		free(p);
+		for (int i = 0; i < 200 && !fenced_of(&t, NULL); i++)
+			sleep_ms(5);
+		assert_int_equal(fenced_of(&t, &t1), 1);
+		assert_true(t1 - t0 <= 100 * MS + 60 * MS); /* lease/2 at the latest */
+		tnode_close(&u);
+	}
+	tnode_close(&t);
+	assert_int_equal(fenced_of(&t, NULL), 1); /* closing does not fence again */
+}
+
+static void send_hdr(int fd, uint32_t len, uint16_t type)
+{
+	uint8_t b[12];
+
+	lkp_put32(b, len);
+	lkp_put16(b + 4, type);
+	lkp_put16(b + 6, 0);
+	lkp_put32(b + 8, 0);
+	raw_send(fd, b, 12);
+}
+
+static void test_hostile(void **state)
+{
+	struct lockd_config cfg = { .lease_ms = 300, .handshake_ms = 500 };
+	struct lockd *d = server_start_cfg(&cfg);
+	uint8_t buf[LKP_MAX_FRAME];
+	struct tnode a;
+	uint32_t jid, j1, j2;
+	int fd, i;
+	size_t plen;
+
+	(void)state;
+	tnode_join(&a, "a");
+	assert_int_equal(lkc_lock(a.c, 2, 1, LK_EX, 0, NULL, NULL), LK_EX);
+
+	/* huge length */
+	fd = raw_connect();
+	assert_int_equal(raw_frame(fd, buf, &plen), LKP_CHALLENGE);
+	send_hdr(fd, 0xffffffffu, LKP_JOIN);
+	assert_true(raw_closed(fd));
+	close(fd);
+	assert_true(log_wait("bad frame length 4294967295", 1000));
+	/* too short to hold a header */
+	fd = raw_connect();
+	raw_send(fd, "\x03\0\0\0abc", 7);
+	assert_true(raw_closed(fd));
+	close(fd);
+	assert_true(log_wait("bad frame length 3", 1000));
+	/* truncated frame, then gone */
+	fd = raw_connect();
+	assert_int_equal(raw_frame(fd, buf, &plen), LKP_CHALLENGE);
+	send_hdr(fd, 200, LKP_JOIN);
+	close(fd);
+	assert_true(log_wait("closed in the middle of a frame", 1000));
+	/* unknown type before and after JOIN */
+	fd = raw_connect();
+	send_hdr(fd, 8, 999);
+	assert_true(raw_closed(fd));
+	close(fd);
+	assert_true(log_wait("before JOIN", 1000));
+	fd = raw_join("h1", &j1);
+	send_hdr(fd, 8, 999);
+	assert_true(raw_closed(fd));
+	close(fd);
+	assert_true(log_wait("unexpected message unknown (type 999)", 1000));
+	/* a LOCK of the wrong size */
+	fd = raw_join("h2", &j2);
+	send_hdr(fd, 8 + 3, LKP_LOCK);
+	raw_send(fd, "xyz", 3);
+	assert_true(raw_closed(fd));
+	close(fd);
+	assert_true(log_wait("LOCK of 3 bytes", 1000));
+	/* a JOIN with a name that is not one */
+	fd = raw_connect();
+	{
+		uint8_t *p = buf + LKP_HDR;
+		size_t len = lkp_hdr(buf, LKP_JOIN, 0, LKP_JOIN_FIXED + 2 + strlen(TABLE));
+		memset(p, 0, LKP_JOIN_FIXED);
+		lkp_put32(p, LKP_VERSION);
+		lkp_put32(p + 4, 4);
+		p[40] = 2;
+		p[41] = (uint8_t)strlen(TABLE);
+		memcpy(p + 44, "a/", 2);
+		memcpy(p + 46, TABLE, strlen(TABLE));
+		raw_send(fd, buf, len);
+		assert_true(raw_closed(fd));
+		close(fd);
+		assert_true(log_wait("malformed JOIN", 1000));
+	}
+	/* a wrong protocol version is refused with a reason */
+	fd = raw_connect();
+	{
+		uint8_t *p = buf + LKP_HDR;
+		size_t len = lkp_hdr(buf, LKP_JOIN, 0, LKP_JOIN_FIXED + 1 + strlen(TABLE));
+		assert_int_equal(raw_frame(fd, buf, &plen), LKP_CHALLENGE);
+		len = lkp_hdr(buf, LKP_JOIN, 0, LKP_JOIN_FIXED + 1 + strlen(TABLE));
+		memset(p, 0, LKP_JOIN_FIXED);
+		lkp_put32(p, 77);
+		p[40] = 1;
+		p[41] = (uint8_t)strlen(TABLE);
+		memcpy(p + 44, "z", 1);
+		memcpy(p + 45, TABLE, strlen(TABLE));
+		raw_send(fd, buf, len);
+		assert_int_equal(raw_frame(fd, buf, &plen), LKP_REFUSE);
+		assert_int_equal(lkp_get32(p), EPROTO);
+		assert_true(raw_closed(fd));
+		close(fd);
+	}
+	/* garbage */
+	fd = raw_connect();
+	for (i = 0; i < (int)sizeof(buf); i++)
+		buf[i] = (uint8_t)(i * 131 + 7);
+	send(fd, buf, sizeof(buf), MSG_NOSIGNAL);
+	assert_true(raw_closed(fd));
+	close(fd);
+	/* slowloris: a valid length, then a byte every 100 ms, never completes */
+	fd = raw_connect();
+	{
+		uint64_t t0 = now_ns();
+		int closed = 0;
+		raw_send(fd, "\x64\0\0\0", 4);
+		for (i = 0; i < 30 && !closed; i++) {
+			if (send(fd, "\x02", 1, MSG_NOSIGNAL) != 1)
+				closed = 1;
+			sleep_ms(100);
+		}
+		assert_true(closed || raw_closed(fd));
+		assert_true(now_ns() - t0 < 2000 * MS);
+		close(fd);
+		assert_true(log_wait("handshake not completed within 500 ms", 1000));
+	}
+	/* a joined node that sends garbage loses its connection but not yet its locks */
+	fd = raw_join("h3", &jid);
+	raw_lock(fd, 1, 2, 300, LK_EX);
+	raw_send(fd, "\0\0\0\0garbage!", 12);
+	assert_true(raw_closed(fd));
+	close(fd);
+	assert_int_equal(lkc_lock(a.c, 2, 300, LK_EX, LKF_TRY, NULL, NULL), -EAGAIN);
+	assert_true(wait_recover_jid(&a, jid, 2000)); /* dead at lease expiry */
+	assert_true(wait_recover_jid(&a, j1, 10));
+	assert_true(wait_recover_jid(&a, j2, 10));
+	assert_int_equal(lkc_recovery_done(a.c, jid), 0);
+	assert_int_equal(lkc_recovery_done(a.c, j1), 0);
+	assert_int_equal(lkc_recovery_done(a.c, j2), 0);
+	assert_int_equal(lkc_lock(a.c, 2, 300, LK_EX, LKF_TRY, NULL, NULL), LK_EX);
+
+	/* through all this the first node kept its lock and its lease */
+	assert_int_equal(fenced_of(&a, NULL), 0);
+	assert_int_equal(lkc_lock(a.c, 2, 1, LK_PR, 0, NULL, NULL), LK_PR);
+	assert_serving();
+	tnode_close(&a);
+	lockd_stop(d);
+}
+
+static void test_tcp(void **state)
+{
+	struct lockd_config cfg = { .lease_ms = 5000, .listen = { "127.0.0.1:0", addr }, .nlisten = 2 };
+	struct lockd *d = server_start_cfg(&cfg);
+	const char *la = lockd_listen_addr(d, 0);
+	char a1[64], a2[80], err[256];
+	struct tnode a, b;
+	struct preq *p;
+
+	(void)state;
+	assert_non_null(la);
+	assert_true(!strncmp(la, "127.0.0.1:", 10) && strcmp(la, "127.0.0.1:0"));
+	assert_string_equal(lockd_listen_addr(d, 1), addr);
+	assert_null(lockd_listen_addr(d, 2));
+	snprintf(a1, sizeof(a1), "%s", la);
+	snprintf(a2, sizeof(a2), "shoal://%s", la);
+	if (tnode_try_join(&a, "a", a1, TABLE, 4, NULL, err, sizeof(err)))
+		fail_msg("%s", err);
+	if (tnode_try_join(&b, "b", a2, TABLE, 4, NULL, err, sizeof(err)))
+		fail_msg("%s", err);
+	assert_int_equal(lkc_lock(a.c, 2, 1, LK_EX, 0, NULL, NULL), LK_EX);
+	p = preq_start(&b, 2, 1, LK_PR);
+	wait_basts(&a, 1);
+	lkc_unlock(a.c, 2, 1, NULL);
+	assert_int_equal(preq_finish(p), LK_PR);
+	free(p);
+	/* the unix listener serves the same lock space */
+	assert_serving();
+	tnode_close(&a);
+	tnode_close(&b);
+	lockd_stop(d);
+}
+
+struct hammer {
+	struct lkc *c;
+	uint64_t base;
+	int bad;
+	uint64_t until;
+};
+
+static void *hammer_run(void *arg)
+{
+	struct hammer *h = arg;
+
+	for (int i = 0; i < 300 || now_ns() < h->until; i++) {
+		uint64_t n = h->base + (uint64_t)(i % 5);
+		uint8_t lvb[32];
+		memset(lvb, (int)n, sizeof(lvb));
+		if (lkc_lock(h->c, 2, n, LK_EX, 0, lvb, NULL) != LK_EX)
+			h->bad++;
+		else if (lkc_unlock(h->c, 2, n, lvb))
+			h->bad++;
+	}
+	return NULL;
+}
+
+/* Sends as fast as it can (unlocks of nothing): the send lock stays hot. */
+static void *spam_run(void *arg)
+{
+	struct hammer *h = arg;
+
+	for (uint64_t i = 0; now_ns() < h->until; i++)
+		if (lkc_unlock(h->c, 7, i, NULL))
+			h->bad++;
+	return NULL;
+}
+
+static void test_threads(void **state)
+{
+	struct lockd *d = server_start(200);
+	struct tnode a, b;
+	struct hammer h[6], sp[3] = { { 0 } };
+	pthread_t th[6], spt[3];
+	uint64_t until = now_ns() + 1000 * MS;
+
+	(void)state;
+	tnode_join(&a, "a");
+	tnode_join(&b, "b");
+	/* threads of two nodes on overlapping resources: each thread its own
+	 * resources within a node, nodes contend with each other; for five
+	 * leases of 200 ms, so heartbeats must get through the busy socket */
+	for (int i = 0; i < 6; i++) {
+		h[i].c = i % 2 ? b.c : a.c;
+		h[i].base = (uint64_t)(i / 2) * 10;
+		h[i].bad = 0;
+		h[i].until = until;
+		pthread_create(&th[i], NULL, hammer_run, &h[i]);
+	}
+	for (int i = 0; i < 3; i++) {
+		sp[i].c = a.c;
+		sp[i].until = until;
+		pthread_create(&spt[i], NULL, spam_run, &sp[i]);
+	}
+	for (int i = 0; i < 6; i++) {
+		pthread_join(th[i], NULL);
+		assert_int_equal(h[i].bad, 0);
+	}
+	for (int i = 0; i < 3; i++) {
+		pthread_join(spt[i], NULL);
+		assert_int_equal(sp[i].bad, 0);
+	}
+	assert_int_equal(fenced_of(&a, NULL), 0);
+	assert_int_equal(fenced_of(&b, NULL), 0);
+	tnode_close(&a);
+	tnode_close(&b);
+	lockd_stop(d);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_sha256_vectors),
+		cmocka_unit_test_setup_teardown(test_mode_matrix, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_queues, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_basts, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_lvb, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_join_refusals, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_rejoin_jid, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_death_recovery, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_death_lvb_ex, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_fencing, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_hostile, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_tcp, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_threads, setup, teardown),
+	};
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
