@@ -170,6 +170,33 @@ int inode_get(struct shoal_fs *fs, uint64_t ino, struct shoal_inode **out)
 	return 0;
 }
 
+/*
+ * The groups freeing ip touches: its dinode's and its xattr block's, and
+ * for anything with a block map or a hashed directory, every group (the
+ * blocks may be anywhere).  want: ask for them (0 / -ERESTART); else only
+ * say whether this node holds them all now.
+ */
+static int inode_rgs_held(struct shoal_fs *fs, struct shoal_inode *ip, int want)
+{
+	struct shoal_dinode *di = ip_di(ip);
+	uint64_t one[2] = {ip->i_ino, di->di_xattr};
+
+	if (di->di_height || (di->di_flags & SHOAL_DIF_EXHASH))
+		return want ? rg_hold_all(fs) : rg_all_held(fs);
+	for (int i = 0; i < 2; i++) {
+		if (!one[i])
+			continue;
+		if (want) {
+			int err = rg_hold_of(fs, one[i]);
+			if (err)
+				return err;
+		} else if (!rg_held_of(fs, one[i])) {
+			return 0;
+		}
+	}
+	return want ? 0 : 1;
+}
+
 static void orphan_queue(struct shoal_fs *fs, uint64_t ino)
 {
 	for (uint32_t i = 0; i < fs->fs_norphans; i++)
@@ -196,10 +223,7 @@ static void orphan_queue(struct shoal_fs *fs, uint64_t ino)
 static void inode_free_cluster(struct shoal_fs *fs, struct shoal_inode *ip)
 {
 	struct glock *io = gl_get(fs, GL_IOPEN, ip->i_ino), *g;
-	int have = gl_have(fs, GL_INODE, ip->i_ino, GL_EX);
-
-	for (uint32_t i = 0; have && i < fs->fs_rgcount; i++)
-		have = gl_have(fs, GL_RGRP, fs->fs_rgds[i].rd_addr, GL_EX);
+	int have = gl_have(fs, GL_INODE, ip->i_ino, GL_EX) && inode_rgs_held(fs, ip, 0);
 	if (!have || !io) {
 		orphan_queue(fs, ip->i_ino);
 		return;
@@ -403,8 +427,6 @@ static int orphan_free_one(struct shoal_fs *fs, uint64_t ino)
 	struct glock *g;
 	int err = gl_hold(fs, GL_INODE, ino, GL_EX);
 
-	if (!err)
-		err = rg_hold_all(fs);
 	if (err)
 		return err;
 	ip = inode_find(fs, ino);
@@ -415,6 +437,14 @@ static int orphan_free_one(struct shoal_fs *fs, uint64_t ino)
 	err = inode_get(fs, ino, &ip);
 	if (err)
 		return err == -ESTALE ? 0 : err;
+	if (ip_di(ip)->di_nlink == 0 && !ip->i_freed)
+		err = inode_rgs_held(fs, ip, 1);
+	if (err) {
+		ip->i_ref--;
+		if (ip->i_ref == 0 && ip->i_nlookup == 0 && ip->i_open == 0)
+			inode_evict(fs, ip);
+		return err;
+	}
 	if (ip_di(ip)->di_nlink == 0 && !ip->i_freed) {
 		struct glock *io = gl_get(fs, GL_IOPEN, ino);
 		if (io)

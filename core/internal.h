@@ -209,6 +209,9 @@ uint64_t rg_free_total(struct shoal_fs *fs);
 int rg_reserve(struct shoal_fs *fs, uint64_t nalloc);
 /* Cluster: hold every group EX (before freeing blocks anywhere). */
 int rg_hold_all(struct shoal_fs *fs);
+/* Cluster: does this node hold the group of blkno / every group EX now? */
+int rg_held_of(struct shoal_fs *fs, uint64_t blkno);
+int rg_all_held(struct shoal_fs *fs);
 /* Cluster: hold the group of blkno EX. */
 int rg_hold_of(struct shoal_fs *fs, uint64_t blkno);
 /* The block rg_alloc(goal, 1, DINODE) would return, without taking it. */

@@ -187,16 +187,47 @@ out:
 	return err;
 }
 
-void shoal_forget(struct shoal_fs *fs, uint64_t ino, uint64_t nlookup)
+/*
+ * Cluster: ip is about to leave memory (its last reference on this node):
+ * whether it is to be freed depends on its link count, which another node
+ * may have changed, so read the dinode under the glock first.  A failure
+ * other than a restart is ignored: the inode then keeps what it knew.
+ */
+static int last_ref_refresh(struct shoal_fs *fs, struct shoal_inode *ip, int nohold)
+{
+	struct shoal_inode *x;
+	int err;
+
+	if (!fs->fs_cluster || nohold)
+		return 0;
+	err = hold(fs, ip->i_ino, GL_SH);
+	if (!err && inode_get(fs, ip->i_ino, &x) == 0)
+		inode_put(fs, x);
+	return err == -ERESTART ? err : 0;
+}
+
+static int do_forget(struct shoal_fs *fs, uint64_t ino, uint64_t nlookup, int nohold)
 {
 	struct shoal_inode *ip;
+	int err = 0;
 	LOCK(fs);
 	ip = inode_find(fs, ino); /* not in memory: nothing looked it up */
 	if (ip) {
-		ip->i_nlookup = ip->i_nlookup > nlookup ? ip->i_nlookup - nlookup : 0;
+		uint64_t left = ip->i_nlookup > nlookup ? ip->i_nlookup - nlookup : 0;
+		if (!left && !ip->i_open)
+			err = last_ref_refresh(fs, ip, nohold);
+		if (!err)
+			ip->i_nlookup = left;
 		inode_put(fs, ip);
 	}
 	UNLOCK(fs);
+	return err;
+}
+
+void shoal_forget(struct shoal_fs *fs, uint64_t ino, uint64_t nlookup)
+{
+	if (RUN(fs, do_forget(fs, ino, nlookup, 0)) < 0) /* lock manager gone */
+		(void)do_forget(fs, ino, nlookup, 1);
 }
 
 static int do_getattr(struct shoal_fs *fs, uint64_t ino, struct stat *st)
@@ -297,7 +328,8 @@ static int setattr_locked(struct shoal_fs *fs, const struct shoal_ctx *ctx, uint
 		}
 	}
 	err = setattr_allowed(ip, ctx, attr, valid);
-	if (!err && (valid & SHOAL_SET_SIZE) && (uint64_t)attr->st_size < di->di_size)
+	if (!err && (valid & SHOAL_SET_SIZE) && (uint64_t)attr->st_size < di->di_size &&
+	    di->di_height)
 		err = rg_hold_all(fs); /* blocks may be freed in any group */
 	if (err)
 		goto out_put;
@@ -990,9 +1022,12 @@ static int do_release(struct shoal_fs *fs, uint64_t ino, int flags)
 	struct shoal_inode *ip;
 	int err;
 	LOCK(fs);
-	err = inode_get(fs, ino, &ip);
-	if (!err) {
-		if (ip->i_open)
+	ip = inode_find(fs, ino);
+	err = ip ? 0 : -ESTALE;
+	if (ip) {
+		if (ip->i_open == 1 && !ip->i_nlookup)
+			err = last_ref_refresh(fs, ip, 0);
+		if (!err && ip->i_open)
 			ip->i_open--;
 		inode_put(fs, ip); /* frees it if unlinked and unused */
 	}

@@ -133,6 +133,20 @@ int rg_hold_of(struct shoal_fs *fs, uint64_t blkno)
 	return gl_hold(fs, GL_RGRP, rd->rd_addr, GL_EX);
 }
 
+int rg_held_of(struct shoal_fs *fs, uint64_t blkno)
+{
+	struct shoal_rgd *rd = rg_of(fs, blkno);
+	return !fs->fs_cluster || !rd || rg_usable(fs, rd);
+}
+
+int rg_all_held(struct shoal_fs *fs)
+{
+	for (uint32_t i = 0; i < fs->fs_rgcount; i++)
+		if (!rg_usable(fs, &fs->fs_rgds[i]))
+			return 0;
+	return 1;
+}
+
 int rg_hold_all(struct shoal_fs *fs)
 {
 	int err = 0;
