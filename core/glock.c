@@ -226,6 +226,7 @@ static int lm_request(struct shoal_fs *fs, struct glock *gl, int state, int flag
 	int got;
 
 	gl->gl_flags |= GLF_INFLIGHT;
+	gl->gl_want = (uint8_t)state;
 	pthread_mutex_unlock(&gt->gt_mutex);
 	got = gt->gt_lm->lm_lock(fs, gl, state, flags);
 	pthread_mutex_lock(&gt->gt_mutex);
@@ -762,7 +763,8 @@ int shoal_dump_glocks(struct shoal_fs *fs, FILE *out)
 				gl->gl_flags & GLF_DEMOTING ? "D" : "",
 				gl->gl_flags & GLF_QUEUED ? "Q" : "",
 				gl->gl_flags & GLF_STICKY ? "S" : "",
-				state_name(gl->gl_state), state_name(gl->gl_target),
+				gl->gl_flags & GLF_INFLIGHT ? state_name(gl->gl_want) : "--",
+				state_name(gl->gl_target),
 				(unsigned long long)(gl->gl_flags & GLF_QUEUED
 							     ? (now - gl->gl_demote_ns) / 1000000
 							     : 0),

@@ -69,6 +69,7 @@ struct glock {
 	uint64_t gl_number;
 	uint8_t gl_state;     /* granted by the lock module */
 	int8_t gl_target;     /* demote requested to this state, -1: none */
+	uint8_t gl_want;      /* state of the request in flight (GLF_INFLIGHT) */
 	uint32_t gl_flags;
 	uint32_t gl_holders;  /* local holders now */
 	uint64_t gl_gen;      /* cache generation: changes at every invalidation */
