@@ -209,8 +209,9 @@ static void *commit_thread(void *arg)
 			continue;
 		if (fs->fs_j.j_tcount)
 			jnl_commit(fs);
-		if (fs->fs_j.j_used > (fs->fs_j.j_blocks - 1) / 2)
-			jnl_checkpoint(fs);
+		if (fs->fs_j.j_used > (fs->fs_j.j_blocks - 1) / 2 ||
+		    (fs->fs_cluster && fs->fs_j.j_ckpt_count))
+			jnl_checkpoint(fs); /* cluster: other nodes' statfs reads home */
 		if (fs->fs_norphans) {
 			/* freeing may wait for other nodes' locks: not under fs_lock */
 			pthread_mutex_unlock(&fs->fs_lock);
