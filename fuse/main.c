@@ -176,6 +176,8 @@ static int is_passthrough(const char *opt)
 /* One option of -o: into sm->sm_opts or mo; exits 2 on a bad one. */
 static char *abs_path(const char *path, int dir);
 static pthread_mutex_t inval_lock = PTHREAD_MUTEX_INITIALIZER; /* sm_se's lifetime */
+static char lock_spec[1024];   /* lock= of a cluster mount */
+static char secret_path[4096]; /* secret= */
 
 static void parse_one(struct smount *sm, struct mount_args *ma, const char *opt)
 {
@@ -187,15 +189,20 @@ static void parse_one(struct smount *sm, struct mount_args *ma, const char *opt)
 	if (!strncmp(opt, "lock=", 5)) {
 		if (!strcmp(val, "nolock"))
 			o->mo_lock = "nolock";
+		else if (strlen(val) >= sizeof(lock_spec))
+			die_usage("lock=%s: too long", val);
 		else if ((!strncmp(val, "shoal://", 8) && val[8]) ||
 			 (!strncmp(val, "shoal:unix:", 11) && val[11]))
-			o->mo_lock = strdup(val);
+			o->mo_lock = strcpy(lock_spec, val);
 		else
 			die_usage("lock=%s: unknown lock protocol", val);
 	} else if (!strncmp(opt, "secret=", 7)) {
 		if (!*val)
 			die_usage("%s: want the file holding the cluster's secret", opt);
-		o->mo_secret = abs_path(val, 0);
+		char *p = abs_path(val, 0);
+		snprintf(secret_path, sizeof(secret_path), "%s", p ? p : val);
+		free(p);
+		o->mo_secret = secret_path;
 	} else if (!strncmp(opt, "hold=", 5)) {
 		if (parse_size(val, 0, &n) < 0 || n > 10000)
 			die_usage("%s: want milliseconds, 0 to 10000", opt);
@@ -795,6 +802,7 @@ out_destroy:
 	sm.sm_se = NULL;
 	pthread_mutex_unlock(&inval_lock);
 	inval_stop(); /* no notification uses the session after this */
+	names_forget_all();
 	fuse_session_destroy(se); /* closes /dev/fuse: a pending stat fails */
 	ctl_stop(ctl);
 out_unmount:

@@ -134,3 +134,21 @@ size_t names_take(uint64_t dir, char ***out)
 	pthread_mutex_unlock(&nm.lock);
 	return n;
 }
+
+void names_forget_all(void)
+{
+	pthread_mutex_lock(&nm.lock);
+	for (size_t b = 0; b < NM_BUCKETS; b++) {
+		struct nm_dir *d = nm.buckets[b], *n;
+		for (; d; d = n) {
+			n = d->nd_next;
+			for (size_t i = 0; i < d->nd_count; i++)
+				free(d->nd_names[i]);
+			free(d->nd_names);
+			free(d->nd_hashes);
+			free(d);
+		}
+		nm.buckets[b] = NULL;
+	}
+	pthread_mutex_unlock(&nm.lock);
+}

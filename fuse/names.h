@@ -17,4 +17,7 @@ void names_note(uint64_t dir, const char *name);
  * malloc'd, the caller frees them. */
 size_t names_take(uint64_t dir, char ***out);
 
+/* Drop every set (the session has ended). */
+void names_forget_all(void);
+
 #endif
