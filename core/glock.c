@@ -240,7 +240,13 @@ static int lm_request(struct shoal_fs *fs, struct glock *gl, int state, int flag
 	if (got >= 0) {
 		if (got > gl->gl_state || gl->gl_state == GL_UN)
 			gl->gl_granted_ns = gl_now_ns();
+		/* anything read while the node held nothing may be old */
+		if (gl->gl_state == GL_UN && got != GL_UN)
+			gl->gl_gen = gen_next(gt);
 		gl->gl_state = (uint8_t)got;
+	} else if (got != -EAGAIN && got != -EDEADLK && got != -ECANCELED) {
+		/* the lock manager is gone (a fenced node): an I/O error */
+		got = -EIO;
 	}
 	pthread_cond_broadcast(&gt->gt_cond);
 	return got;

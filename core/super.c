@@ -283,8 +283,10 @@ int shoal_mount(struct shoal_dev *dev, const struct shoal_mount_opts *opts,
 		goto out_free;
 	err = fs->fs_lm->lm_mount(fs, fs->fs_sb.sb_locktable, fs->fs_node, &slot);
 	if (err) {
-		snprintf(fs->fs_err, sizeof(fs->fs_err), "lock module %s refused the mount: %s",
-			 fs->fs_lm->lm_name, strerror(-err));
+		if (!fs->fs_err[0]) /* the lock module's own reason, else ours */
+			snprintf(fs->fs_err, sizeof(fs->fs_err),
+				 "lock module %s refused the mount: %s", fs->fs_lm->lm_name,
+				 strerror(-err));
 		goto out_free;
 	}
 	if (fs->fs_opts.mo_journal > 0)

@@ -25,6 +25,7 @@
 #include <sys/mount.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/sysmacros.h>
 #include <sys/un.h>
 #include <time.h>
 #include <unistd.h>
@@ -61,6 +62,54 @@ static void usage(FILE *out)
 		"  2  bad usage\n");
 }
 
+/*
+ * The device number of the mount at path, from /proc/self/mountinfo: for a
+ * mount whose root cannot be stat'ed (a fenced node answers EIO).  path must
+ * name the mountpoint itself.  0, or -1 with errno unchanged.
+ */
+static int mountinfo_dev(const char *path, dev_t *dev)
+{
+	char want[8200], line[8192], mp[4096];
+	int saved = errno, found = -1;
+	unsigned maj, min;
+	FILE *f;
+
+	if (path[0] == '/')
+		snprintf(want, sizeof(want), "%s", path);
+	else if (getcwd(mp, sizeof(mp)))
+		snprintf(want, sizeof(want), "%s/%s", mp, path);
+	else
+		return -1;
+	for (size_t n = strlen(want); n > 1 && want[n - 1] == '/'; n--)
+		want[n - 1] = 0;
+	f = fopen("/proc/self/mountinfo", "r");
+	if (!f) {
+		errno = saved;
+		return -1;
+	}
+	while (fgets(line, sizeof(line), f)) {
+		char raw[4096], *o = mp;
+		if (sscanf(line, "%*u %*u %u:%u %*s %4095s", &maj, &min, raw) != 3)
+			continue;
+		for (const char *r = raw; *r && o < mp + sizeof(mp) - 1; r++) {
+			if (r[0] == '\\' && r[1] >= '0' && r[1] <= '3' && r[2] && r[3]) {
+				*o++ = (char)(((r[1] - '0') << 6) | ((r[2] - '0') << 3) | (r[3] - '0'));
+				r += 3;
+			} else {
+				*o++ = *r;
+			}
+		}
+		*o = 0;
+		if (!strcmp(mp, want) && strstr(line, " - fuse.shoal ")) {
+			*dev = makedev(maj, min);
+			found = 0;
+		}
+	}
+	fclose(f);
+	errno = saved;
+	return found;
+}
+
 /* Connect to the control socket of the mount holding path: fd or -errno. */
 static int ctl_connect(const char *path)
 {
@@ -68,7 +117,7 @@ static int ctl_connect(const char *path)
 	struct stat st;
 	int fd, ret;
 
-	if (stat(path, &st) < 0) {
+	if (stat(path, &st) < 0 && mountinfo_dev(path, &st.st_dev) < 0) {
 		ret = -errno;
 		fprintf(stderr, PROG ": %s: %s\n", path, strerror(errno));
 		return ret;
