@@ -197,7 +197,7 @@ static int inode_rgs_held(struct shoal_fs *fs, struct shoal_inode *ip, int want)
 	return want ? 0 : 1;
 }
 
-static void orphan_queue(struct shoal_fs *fs, uint64_t ino)
+void inode_queue_orphan(struct shoal_fs *fs, uint64_t ino)
 {
 	for (uint32_t i = 0; i < fs->fs_norphans; i++)
 		if (fs->fs_orphans[i] == ino)
@@ -225,7 +225,7 @@ static void inode_free_cluster(struct shoal_fs *fs, struct shoal_inode *ip)
 	struct glock *io = gl_get(fs, GL_IOPEN, ip->i_ino), *g;
 	int have = gl_have(fs, GL_INODE, ip->i_ino, GL_EX) && inode_rgs_held(fs, ip, 0);
 	if (!have || !io) {
-		orphan_queue(fs, ip->i_ino);
+		inode_queue_orphan(fs, ip->i_ino);
 		return;
 	}
 	gl_release(fs, io); /* our SH, if we had it: no up-conversion */
@@ -425,10 +425,16 @@ static int orphan_free_one(struct shoal_fs *fs, uint64_t ino)
 {
 	struct shoal_inode *ip;
 	struct glock *g;
-	int err = gl_hold(fs, GL_INODE, ino, GL_EX);
+	int state, err = gl_hold(fs, GL_INODE, ino, GL_EX);
 
+	if (!err)
+		err = rg_hold_of(fs, ino);
+	if (!err)
+		err = rg_get_state(fs, ino, &state);
 	if (err)
-		return err;
+		return err == -EINVAL ? 0 : err;
+	if (state != SHOAL_B_UNLINKED)
+		return 0; /* freed by another node meanwhile, or linked again */
 	ip = inode_find(fs, ino);
 	if (ip) { /* back in use here: its last user frees it */
 		inode_put(fs, ip);

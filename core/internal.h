@@ -61,6 +61,7 @@ struct shoal_rgd {
 	uint8_t *rd_pend_map; /* 1 bit per block, NULL when none pending */
 	uint32_t rd_last;    /* next-fit cursor */
 	struct glock *rd_gl; /* its glock (type 3, number rd_addr) */
+	uint64_t rd_gen;     /* rd_gl's generation rd_free was read at */
 };
 
 /* --- inodes (inode.c) --------------------------------------------------- */
@@ -233,6 +234,8 @@ int inode_alloc(struct shoal_fs *fs, struct shoal_inode *dir, uint64_t want, mod
 		uid_t uid, gid_t gid, struct shoal_inode **out);
 /* The generation an inode's metadata buffers must carry (cluster). */
 uint64_t inode_gen(struct shoal_fs *fs, struct shoal_inode *ip);
+/* Cluster: free ino later, if it is still UNLINKED and nobody uses it. */
+void inode_queue_orphan(struct shoal_fs *fs, uint64_t ino);
 /* Free the unlinked inodes queued while their groups were elsewhere. */
 void inode_free_orphans(struct shoal_fs *fs);
 void inode_dirty(struct shoal_fs *fs, struct shoal_inode *ip, int dsync);

@@ -114,9 +114,20 @@ static int rg_header(struct shoal_fs *fs, struct shoal_rgd *rd, struct shoal_buf
 	if (err == -EIO) /* a shared structure: stop writing before it spreads */
 		fs_error(fs, "resource group %u (block %llu) is damaged", rd->rd_index,
 			 (unsigned long long)rd->rd_addr);
-	if (!err)
+	if (!err) {
 		rd->rd_free = ((struct shoal_rg *)(*b)->b_data)->rg_free;
+		rd->rd_gen = rg_gen(rd);
+	}
 	return err;
+}
+
+/* rd_free, read again if the group changed hands since (cluster; held) */
+static uint32_t rg_current_free(struct shoal_fs *fs, struct shoal_rgd *rd)
+{
+	struct shoal_buf *b;
+	if (fs->fs_cluster && rd->rd_gen != rg_gen(rd) && rg_header(fs, rd, &b) == 0)
+		buf_put(fs, b);
+	return rd->rd_free;
 }
 
 /* May this node allocate from rd now?  (cluster: its glock is ours, EX) */
@@ -170,7 +181,7 @@ int rg_reserve(struct shoal_fs *fs, uint64_t nalloc)
 		return 0;
 	for (uint32_t i = 0; i < fs->fs_rgcount; i++) {
 		struct shoal_rgd *rd = &fs->fs_rgds[i];
-		if (rg_usable(fs, rd) && rd->rd_free > rd->rd_pending)
+		if (rg_usable(fs, rd) && rg_current_free(fs, rd) > rd->rd_pending)
 			have += rd->rd_free - rd->rd_pending;
 	}
 	/* take more groups, starting where this node allocates */
@@ -404,9 +415,43 @@ uint64_t rg_pending_total(struct shoal_fs *fs)
 	return t;
 }
 
+/*
+ * Cluster: look for UNLINKED dinodes in the home copies of the bitmaps,
+ * without taking any group from the nodes that use them; each one found is
+ * queued, and freed (with its locks, if still UNLINKED and unused anywhere)
+ * by the commit thread.
+ */
+static int reap_cluster(struct shoal_fs *fs, uint32_t *queued)
+{
+	uint8_t *blk = malloc(fs->fs_bsize);
+	if (!blk)
+		return -ENOMEM;
+	for (uint32_t i = 0; i < fs->fs_rgcount; i++) {
+		struct shoal_rgd *rd = &fs->fs_rgds[i];
+		if (dev_read(fs->fs_dev, blk, fs->fs_bsize, rd->rd_addr << fs->fs_bshift) ||
+		    meta_check(blk, fs->fs_bsize, SHOAL_MT_RG, rd->rd_addr))
+			continue; /* being written by its owner: the next mount looks again */
+		const uint8_t *bm = blk + SHOAL_RG_BITMAP_OFF;
+		for (uint32_t k = 0; k < rd->rd_length; k++) {
+			if ((k & 3) == 0 && !(bm[k >> 2] & 0xaa) && k + 4 <= rd->rd_length) {
+				k += 3;
+				continue;
+			}
+			if (bm_get(bm, k) == SHOAL_B_UNLINKED) {
+				inode_queue_orphan(fs, rd->rd_data0 + k);
+				(*queued)++;
+			}
+		}
+	}
+	free(blk);
+	return 0;
+}
+
 int rg_reap_unlinked(struct shoal_fs *fs, uint32_t *reaped)
 {
 	*reaped = 0;
+	if (fs->fs_cluster)
+		return reap_cluster(fs, reaped);
 	for (uint32_t i = 0; i < fs->fs_rgcount; i++) {
 		struct shoal_rgd *rd = &fs->fs_rgds[i];
 		struct shoal_buf *b;
@@ -439,18 +484,8 @@ int rg_reap_unlinked(struct shoal_fs *fs, uint32_t *reaped)
 			err = inode_get(fs, found[n], &ip);
 			if (err)
 				break;
-			struct glock *io = NULL;
-			/* cluster: not while another node has it open (iopen) */
-			if (fs->fs_cluster && gl_acquire(fs, GL_IOPEN, found[n], GL_EX, GL_TRY, &io)) {
-				inode_put(fs, ip);
-				continue;
-			}
 			if (ip_di(ip)->di_nlink == 0 && ip->i_open == 0 && ip->i_nlookup == 0)
 				err = inode_destroy(fs, ip);
-			if (io) {
-				gl_put(fs, io);
-				gl_release(fs, io);
-			}
 			inode_put(fs, ip);
 			if (err)
 				break;
@@ -478,7 +513,11 @@ uint64_t rg_statfs_free(struct shoal_fs *fs)
 		struct shoal_rg *rg = (void *)blk;
 		/* groups another node holds: their home copy, current up to
 		 * that node's last checkpoint (docs/LOCKING.md "statfs") */
-		if (!blk || rg_usable(fs, rd) ||
+		if (rg_usable(fs, rd)) {
+			t += rg_current_free(fs, rd);
+			continue;
+		}
+		if (!blk ||
 		    dev_read(fs->fs_dev, blk, fs->fs_bsize, rd->rd_addr << fs->fs_bshift) ||
 		    meta_check(blk, fs->fs_bsize, SHOAL_MT_RG, rd->rd_addr) ||
 		    rg->rg_free > rd->rd_length)

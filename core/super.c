@@ -356,7 +356,8 @@ int shoal_mount(struct shoal_dev *dev, const struct shoal_mount_opts *opts,
 			goto out_rg;
 		}
 		if (reaped)
-			fprintf(stderr, "shoal: freed %u orphan inodes\n", reaped);
+			fprintf(stderr, "shoal: %s %u orphan inodes\n",
+				fs->fs_cluster ? "found" : "freed", reaped);
 	}
 	if (fs->fs_cluster) {
 		struct glock *mgl = gl_get(fs, GL_NONDISK, GL_NONDISK_MOUNT);
