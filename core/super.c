@@ -381,6 +381,7 @@ out_free:
 	if (fs->fs_lm_priv)
 		fs->fs_lm->lm_unmount(fs);
 	snprintf(mount_err, sizeof(mount_err), "%s", fs->fs_err[0] ? fs->fs_err : strerror(-err));
+	free(fs->fs_orphans);
 	free(fs->fs_ihash);
 	free(fs);
 	return err;
@@ -475,6 +476,7 @@ int shoal_unmount(struct shoal_fs *fs)
 	dev_close(fs->fs_dev);
 	pthread_mutex_destroy(&fs->fs_lock);
 	pthread_cond_destroy(&fs->fs_commit_cond);
+	free(fs->fs_orphans);
 	free(fs->fs_ihash);
 	free(fs);
 	return err;
