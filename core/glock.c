@@ -595,13 +595,20 @@ static void demote_one(struct shoal_fs *fs, struct glock *gl)
 			pthread_mutex_unlock(&fs->fs_lock);
 			return;
 		}
-		if (gl->gl_holders || (gl->gl_flags & GLF_INFLIGHT) ||
-		    (target == GL_UN && gl->gl_use != use0 && tries++ < 5)) {
-			pthread_mutex_unlock(&fs->fs_lock);
-			while (gl->gl_holders || (gl->gl_flags & GLF_INFLIGHT))
-				pthread_cond_wait(&gt->gt_cond, &gt->gt_mutex);
+		if (gl->gl_holders || (gl->gl_flags & GLF_INFLIGHT)) {
+			/* taken again meanwhile: back on the list, never wait here
+			 * (the worker must keep serving other glocks) */
+			int8_t t = gl->gl_target;
+			gl->gl_target = -1;
+			demote_queue(gt, gl, t);
 			pthread_mutex_unlock(&gt->gt_mutex);
-			continue;
+			pthread_mutex_unlock(&fs->fs_lock);
+			return;
+		}
+		if (target == GL_UN && gl->gl_use != use0 && tries++ < 5) {
+			pthread_mutex_unlock(&gt->gt_mutex);
+			pthread_mutex_unlock(&fs->fs_lock);
+			continue; /* used while the kernel was told: tell it again */
 		}
 		target = gl->gl_target;
 		gl->gl_flags |= GLF_DEMOTING;
