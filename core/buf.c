@@ -185,7 +185,7 @@ int buf_read_gen(struct shoal_fs *fs, uint64_t gen, uint64_t blkno, uint16_t typ
 	if (!fs->fs_cluster)
 		return buf_read(fs, blkno, type, out);
 	b = bc_find(&fs->fs_bc, blkno);
-	if (b && b->b_gen != gen && !(b->b_flags & (BUF_DIRTY | BUF_PINNED | BUF_NEW))) {
+	if (b && b->b_gen != gen && !(b->b_flags & (BUF_DIRTY | BUF_PINNED))) {
 		/* read under an older grant: another node may have changed it */
 		fs->fs_ctr.sc_buf_misses++;
 		err = dev_read(fs->fs_dev, b->b_data, fs->fs_bsize, blkno << fs->fs_bshift);

@@ -66,6 +66,7 @@ struct op_ctx {
 	struct shoal_fs *fs;
 	int depth;
 	int nheld, nneed;
+	int changed;
 	struct glock *held[OP_MAX];
 	struct gl_need need[OP_MAX];
 };
@@ -366,8 +367,16 @@ static int op_holds(struct op_ctx *op, uint32_t type, uint64_t number, int state
 	return 0;
 }
 
+void op_changed(int changed)
+{
+	op_cur.changed = changed;
+}
+
 static int op_need(struct op_ctx *op, uint32_t type, uint64_t number, int state)
 {
+	if (op->changed)
+		fprintf(stderr, "shoal: BUG: operation restarts for glock %u/%llx after a change\n",
+			type, (unsigned long long)number);
 	for (int i = 0; i < op->nneed; i++)
 		if (op->need[i].type == type && op->need[i].number == number) {
 			if (state > op->need[i].state)
@@ -434,6 +443,7 @@ void op_begin(struct shoal_fs *fs)
 	if (op->depth++ == 0) {
 		op->fs = fs;
 		op->nheld = op->nneed = 0;
+		op->changed = 0;
 	}
 }
 
@@ -469,6 +479,7 @@ int op_wait(struct shoal_fs *fs)
 		all[n++] = op->need[i];
 	op_drop(fs, op);
 	op->nneed = 0;
+	op->changed = 0;
 	qsort(all, (size_t)n, sizeof(all[0]), need_cmp);
 	pthread_mutex_lock(&fs->fs_gl->gt_mutex);
 	fs->fs_gl->gt_restarts++;

@@ -211,7 +211,7 @@ void inode_queue_orphan(struct shoal_fs *fs, uint64_t ino)
 		fs->fs_orphans_cap = cap;
 	}
 	fs->fs_orphans[fs->fs_norphans++] = ino;
-	pthread_cond_signal(&fs->fs_commit_cond);
+	pthread_cond_signal(&fs->fs_orphan_cond);
 }
 
 /*

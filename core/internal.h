@@ -128,6 +128,9 @@ struct shoal_fs {
 	pthread_cond_t fs_commit_cond;
 	int fs_stopping;
 	int fs_commit_started;
+	pthread_t fs_orphan_thread;   /* cluster: frees queued orphans */
+	pthread_cond_t fs_orphan_cond;
+	int fs_orphan_started;
 
 	struct shoal_counters fs_ctr; /* fs_lock (read without it: racy is fine) */
 	struct gl_table *fs_gl;       /* glock cache (glock.c, its own mutex) */

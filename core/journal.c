@@ -31,6 +31,7 @@
 
 #include "crc32c.h"
 #include "internal.h"
+#include "lock.h"
 #include "meta.h"
 
 static uint32_t log_next(struct shoal_journal *j, uint32_t pos)
@@ -242,6 +243,7 @@ int trans_begin_alloc(struct shoal_fs *fs, uint32_t nblocks, uint64_t nalloc)
 
 	if (fs->fs_ro)
 		return -EROFS;
+	op_changed(0); /* a consistent point (invariant of every caller) */
 	if (nalloc) { /* cluster: groups of our own to allocate from */
 		err = rg_reserve(fs, nalloc);
 		if (err)
@@ -281,6 +283,7 @@ void trans_add(struct shoal_fs *fs, struct shoal_buf *b)
 {
 	struct shoal_journal *j = &fs->fs_j;
 
+	op_changed(1);
 	if (b->b_flags & BUF_DIRTY)
 		return;
 	b->b_flags |= BUF_DIRTY;

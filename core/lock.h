@@ -135,6 +135,10 @@ int gl_have(struct shoal_fs *fs, uint32_t type, uint64_t number, int state);
 void op_begin(struct shoal_fs *fs);
 int op_wait(struct shoal_fs *fs);
 void op_end(struct shoal_fs *fs);
+/* The running operation changed a buffer (1) / is at a consistent point (0):
+ * a restart after a change would keep half an operation, so gl_hold
+ * reports it loudly (a bug: every hold must come before the changes). */
+void op_changed(int changed);
 
 /* Blocking acquire outside any operation (mount, recovery, unmount); the
  * hold is dropped with gl_put. */

@@ -194,6 +194,26 @@ int fs_recover_journal(struct shoal_fs *fs, uint32_t jid)
 	return err;
 }
 
+/* Cluster: frees the unlinked inodes queued by inode_queue_orphan; freeing
+ * may wait for other nodes' locks, so it has a thread of its own. */
+static void *orphan_thread(void *arg)
+{
+	struct shoal_fs *fs = arg;
+
+	pthread_mutex_lock(&fs->fs_lock);
+	while (!fs->fs_stopping) {
+		if (!fs->fs_norphans || fs->fs_ro) {
+			pthread_cond_wait(&fs->fs_orphan_cond, &fs->fs_lock);
+			continue;
+		}
+		pthread_mutex_unlock(&fs->fs_lock);
+		inode_free_orphans(fs);
+		pthread_mutex_lock(&fs->fs_lock);
+	}
+	pthread_mutex_unlock(&fs->fs_lock);
+	return NULL;
+}
+
 static void *commit_thread(void *arg)
 {
 	struct shoal_fs *fs = arg;
@@ -212,12 +232,6 @@ static void *commit_thread(void *arg)
 		if (fs->fs_j.j_used > (fs->fs_j.j_blocks - 1) / 2 ||
 		    (fs->fs_cluster && fs->fs_j.j_ckpt_count))
 			jnl_checkpoint(fs); /* cluster: other nodes' statfs reads home */
-		if (fs->fs_norphans) {
-			/* freeing may wait for other nodes' locks: not under fs_lock */
-			pthread_mutex_unlock(&fs->fs_lock);
-			inode_free_orphans(fs);
-			pthread_mutex_lock(&fs->fs_lock);
-		}
 	}
 	pthread_mutex_unlock(&fs->fs_lock);
 	return NULL;
@@ -264,6 +278,7 @@ int shoal_mount(struct shoal_dev *dev, const struct shoal_mount_opts *opts,
 	pthread_mutex_init(&fs->fs_lock, &ma);
 	pthread_mutexattr_destroy(&ma);
 	pthread_cond_init(&fs->fs_commit_cond, NULL);
+	pthread_cond_init(&fs->fs_orphan_cond, NULL);
 
 	err = sb_read(fs);
 	if (err)
@@ -368,6 +383,9 @@ int shoal_mount(struct shoal_dev *dev, const struct shoal_mount_opts *opts,
 	if (!fs->fs_ro) {
 		if (pthread_create(&fs->fs_commit_thread, NULL, commit_thread, fs) == 0)
 			fs->fs_commit_started = 1;
+		if (fs->fs_cluster &&
+		    pthread_create(&fs->fs_orphan_thread, NULL, orphan_thread, fs) == 0)
+			fs->fs_orphan_started = 1;
 	}
 	*out = fs;
 	return 0;
@@ -415,8 +433,11 @@ int shoal_unmount(struct shoal_fs *fs)
 		pthread_mutex_lock(&fs->fs_lock);
 		fs->fs_stopping = 1;
 		pthread_cond_signal(&fs->fs_commit_cond);
+		pthread_cond_signal(&fs->fs_orphan_cond);
 		pthread_mutex_unlock(&fs->fs_lock);
 		pthread_join(fs->fs_commit_thread, NULL);
+		if (fs->fs_orphan_started)
+			pthread_join(fs->fs_orphan_thread, NULL);
 	}
 	if (fs->fs_cluster && !fs->fs_ro) {
 		/* free what has no links through the operation machinery: it
@@ -476,6 +497,7 @@ int shoal_unmount(struct shoal_fs *fs)
 	dev_close(fs->fs_dev);
 	pthread_mutex_destroy(&fs->fs_lock);
 	pthread_cond_destroy(&fs->fs_commit_cond);
+	pthread_cond_destroy(&fs->fs_orphan_cond);
 	free(fs->fs_orphans);
 	free(fs->fs_ihash);
 	free(fs);
