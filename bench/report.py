@@ -1,14 +1,17 @@
 #!/usr/bin/env python3
 """report.py - turns the raw results of one workload of bench/run.sh into
-the table it prints: every round's value, the median, the ratio of the
-medians (shoal/ext4) and, where issue #2 sets one, the target with PASS or
-MISS.  The verdicts are information only; the exit status is 0 unless the
-raw file cannot be read.
+the table it prints: every round's value per variant, the median, the
+ratios of the medians (shoal/ext4 and shoal-cl/ext4, shoal-cl/shoal; for
+pingpong hold=0 against the default hold time) and, where an issue sets
+one, the target with PASS or MISS.  The verdicts are information only; the
+exit status is 0 unless the raw file cannot be read.
 
     report.py RAWFILE
 
 RAWFILE holds tab-separated lines written by run.sh:
 
+    rounds N                                 the rounds that were run
+    fses   FS FS...                          the variants, in table order
     meta   KEY      TEXT                     printed as "KEY: TEXT", in order
     val    FS  ROUND  METRIC  VALUE          one measured number
     fail   FS  ROUND  TEXT                   one line of a failed run's story
@@ -17,72 +20,213 @@ Invariants:
  (1) a median is taken over the rounds that produced the metric; a round
      that failed shows FAIL in its column and is left out;
  (2) a ratio and a verdict need both medians; without them the row says
-     "n/a" and never PASS.
+     "n/a" and never PASS;
+ (3) a check on the value itself (cache: lock requests == 0) holds for every
+     round that produced it, and says n/a, never PASS, when no round met
+     its precondition.
 """
 import statistics
 import sys
 
 MIB = 1 << 20
 
-# Per workload: rows of (metric, label, scale, format, target).  scale
-# divides the raw value; target is (op, bound) on the ratio shoal/ext4 of
-# the medians, or None.  Metrics named shoal_* exist for shoal only.
-SPECS = {
-    "meta": [
-        ("create_s", "create phase (s)", 1, "%.3f", None),
-        ("stat_s", "stat phase (s)", 1, "%.3f", None),
-        ("unlink_s", "unlink phase (s)", 1, "%.3f", None),
-        ("total_s", "total create+stat+unlink (s)", 1, "%.3f", ("<=", 3.0)),
-        ("syncfs_s", "syncfs afterwards (s, not in total)", 1, "%.3f", None),
-        ("dev_wr_bytes", "device MiB written (loop, run+syncfs)", MIB, "%.1f", None),
-        ("dev_wr_ios", "device write requests (loop)", 1, "%.0f", None),
-        ("dev_flushes", "device flushes (loop)", 1, "%.0f", None),
-        ("umount_wr_bytes", "device MiB written until unmounted", MIB, "%.1f", None),
-        ("shoal_dev_write_bytes", "shoal stat: dev_write_bytes (MiB)", MIB, "%.1f", None),
-        ("shoal_dev_flushes", "shoal stat: dev_flushes", 1, "%.0f", None),
-        ("shoal_commits", "shoal stat: commits", 1, "%.0f", None),
-        ("shoal_commit_blocks", "shoal stat: commit_blocks", 1, "%.0f", None),
-    ],
-    "seq": [
-        ("w_mib_s", "write MiB/s (1 MiB writes + fsync)", 1, "%.1f", (">=", 0.7)),
-        ("w_fsync_s", "  of which fsync (s)", 1, "%.3f", None),
-        ("r_mib_s", "read MiB/s (cold cache)", 1, "%.1f", (">=", 0.7)),
-        ("w_dev_bytes", "device MiB written by write+fsync (loop)", MIB, "%.1f", None),
-        ("w_dev_per_app", "  per application byte", 1, "%.3f", None),
-        ("w_dev_flushes", "  device flushes (loop)", 1, "%.0f", None),
-        ("r_dev_bytes", "device MiB read by the read (loop)", MIB, "%.1f", None),
-        ("umount_wr_bytes", "device MiB written until unmounted", MIB, "%.1f", None),
-        ("shoal_w_dev_write_bytes", "shoal stat: dev_write_bytes, write (MiB)", MIB, "%.1f", None),
-        ("shoal_w_dev_flushes", "shoal stat: dev_flushes, write", 1, "%.0f", None),
-        ("shoal_w_wb_written", "shoal stat: wb_written, write", 1, "%.0f", None),
-        ("shoal_r_dev_read_bytes", "shoal stat: dev_read_bytes, read (MiB)", MIB, "%.1f", None),
-    ],
-    "fstest": [
-        ("kib_s", "bandwidth KiB/s (app bytes / time)", 1, "%.1f", (">=", 1.0)),
-        ("lat_avg_us", "iteration latency avg (us)", 1, "%.0f", None),
-        ("lat_p99_us", "iteration latency p99 (us)", 1, "%.0f", None),
-        ("dev_per_app", "device bytes written per app byte (loop)", 1, "%.2f", ("<=", 2.0)),
-        ("flushes_per_iter", "device flushes per iteration (loop)", 1, "%.2f", None),
-        ("wr_ios_per_iter", "device write requests per iteration (loop)", 1, "%.2f", None),
-        ("umount_dev_per_app", "  ... per app byte, until unmounted", 1, "%.2f", None),
-        ("shoal_dev_per_app", "shoal stat: dev_write_bytes per app byte", 1, "%.2f", None),
-        ("shoal_flushes_per_iter", "shoal stat: dev_flushes per iteration", 1, "%.2f", None),
-        ("shoal_commits_per_iter", "shoal stat: commits per iteration", 1, "%.2f", None),
-        ("shoal_fsyncs", "shoal stat: fsyncs", 1, "%.0f", None),
-        ("shoal_fsync_noop", "shoal stat: fsync_noop", 1, "%.0f", None),
-    ],
-}
+# Ratio columns: (header, {numerator variant: denominator variant}); a
+# variant's row shows its ratio in each column that names it.
+MAIN_COLS = [("vs ext4", {"shoal": "ext4", "shoal-cl": "ext4"}),
+             ("cl/shoal", {"shoal-cl": "shoal"})]
+CACHE_COLS = [("cl/shoal", {"shoal-cl": "shoal"})]
+PP_COLS = [("vs ext4", {"shoal-cl": "ext4", "shoal-cl-hold0": "ext4"}),
+           ("hold0/hold", {"shoal-cl-hold0": "shoal-cl"})]
 
-FSES = ("ext4", "shoal")
+# Targets: ("ratio", NUM, DEN, op, bound) on the ratio of the medians, shown
+# on NUM's row; ("value", FS, op, bound) on every round's value of FS.
+T_EXT4 = lambda op, b: ("ratio", "shoal", "ext4", op, b)  # issue #2
+T_CL = lambda op, b: ("ratio", "shoal-cl", "shoal", op, b)  # issue #3: <= 10% worse
+
+# Rows per workload: (metric, label, scale, format, targets).  scale divides
+# the raw value.  Metrics named shoal_* exist for shoal variants only.
+GL_ROWS = lambda pfx, what: [
+    (pfx + "gl_requests", "shoal stat: gl_requests" + what, 1, "%.0f", []),
+    (pfx + "gl_callbacks", "shoal stat: gl_callbacks" + what, 1, "%.0f", []),
+    (pfx + "gl_demotions", "shoal stat: gl_demotions" + what, 1, "%.0f", []),
+    (pfx + "gl_restarts", "shoal stat: gl_restarts" + what, 1, "%.0f", []),
+    (pfx + "gl_rtt_us", "shoal stat: gl_rtt_us (total wait)" + what, 1, "%.0f", []),
+]
+SPECS = {
+    "meta": (MAIN_COLS, [
+        ("create_s", "create phase (s)", 1, "%.3f", []),
+        ("stat_s", "stat phase (s)", 1, "%.3f", []),
+        ("unlink_s", "unlink phase (s)", 1, "%.3f", []),
+        ("total_s", "total create+stat+unlink (s)", 1, "%.3f",
+         [T_EXT4("<=", 3.0), T_CL("<=", 1.1)]),
+        ("syncfs_s", "syncfs afterwards (s, not in total)", 1, "%.3f", []),
+        ("dev_wr_bytes", "device MiB written (loop, run+syncfs)", MIB, "%.1f", []),
+        ("dev_wr_ios", "device write requests (loop)", 1, "%.0f", []),
+        ("dev_flushes", "device flushes (loop)", 1, "%.0f", []),
+        ("umount_wr_bytes", "device MiB written until unmounted", MIB, "%.1f", []),
+        ("shoal_dev_write_bytes", "shoal stat: dev_write_bytes (MiB)", MIB, "%.1f", []),
+        ("shoal_dev_flushes", "shoal stat: dev_flushes", 1, "%.0f", []),
+        ("shoal_commits", "shoal stat: commits", 1, "%.0f", []),
+        ("shoal_commit_blocks", "shoal stat: commit_blocks", 1, "%.0f", []),
+    ] + GL_ROWS("shoal_", "")),
+    "seq": (MAIN_COLS, [
+        ("w_mib_s", "write MiB/s (1 MiB writes + fsync)", 1, "%.1f",
+         [T_EXT4(">=", 0.7), T_CL(">=", 0.9)]),
+        ("w_fsync_s", "  of which fsync (s)", 1, "%.3f", []),
+        ("r_mib_s", "read MiB/s (cold cache)", 1, "%.1f",
+         [T_EXT4(">=", 0.7), T_CL(">=", 0.9)]),
+        ("w_dev_bytes", "device MiB written by write+fsync (loop)", MIB, "%.1f", []),
+        ("w_dev_per_app", "  per application byte", 1, "%.3f", []),
+        ("w_dev_flushes", "  device flushes (loop)", 1, "%.0f", []),
+        ("r_dev_bytes", "device MiB read by the read (loop)", MIB, "%.1f", []),
+        ("umount_wr_bytes", "device MiB written until unmounted", MIB, "%.1f", []),
+        ("shoal_w_dev_write_bytes", "shoal stat: dev_write_bytes, write (MiB)", MIB, "%.1f", []),
+        ("shoal_w_dev_flushes", "shoal stat: dev_flushes, write", 1, "%.0f", []),
+        ("shoal_w_wb_written", "shoal stat: wb_written, write", 1, "%.0f", []),
+        ("shoal_r_dev_read_bytes", "shoal stat: dev_read_bytes, read (MiB)", MIB, "%.1f", []),
+    ] + GL_ROWS("shoal_w_", ", write") + GL_ROWS("shoal_r_", ", read")),
+    "fstest": (MAIN_COLS, [
+        ("kib_s", "bandwidth KiB/s (app bytes / time)", 1, "%.1f",
+         [T_EXT4(">=", 1.0), T_CL(">=", 0.9)]),
+        ("lat_avg_us", "iteration latency avg (us)", 1, "%.0f", []),
+        ("lat_p99_us", "iteration latency p99 (us)", 1, "%.0f", []),
+        ("dev_per_app", "device bytes written per app byte (loop)", 1, "%.2f",
+         [T_EXT4("<=", 2.0)]),
+        ("flushes_per_iter", "device flushes per iteration (loop)", 1, "%.2f", []),
+        ("wr_ios_per_iter", "device write requests per iteration (loop)", 1, "%.2f", []),
+        ("umount_dev_per_app", "  ... per app byte, until unmounted", 1, "%.2f", []),
+        ("shoal_dev_per_app", "shoal stat: dev_write_bytes per app byte", 1, "%.2f", []),
+        ("shoal_flushes_per_iter", "shoal stat: dev_flushes per iteration", 1, "%.2f", []),
+        ("shoal_commits_per_iter", "shoal stat: commits per iteration", 1, "%.2f", []),
+        ("shoal_fsyncs", "shoal stat: fsyncs", 1, "%.0f", []),
+        ("shoal_fsync_noop", "shoal stat: fsync_noop", 1, "%.0f", []),
+    ] + GL_ROWS("shoal_", "")),
+    "cache": (CACHE_COLS, [
+        ("shoal_p2_gl_requests", "pass 2 (echo 1): gl_requests", 1, "%.0f",
+         [("value", "shoal-cl", "==", 0)]),
+        ("p2_dev_rd_bytes", "pass 2: device MiB read (loop)", MIB, "%.1f", []),
+        ("shoal_p2_dev_read_bytes", "pass 2: shoal stat dev_read_bytes (MiB)", MIB, "%.1f", []),
+        ("p2_mib_s", "pass 2: read MiB/s", 1, "%.1f", []),
+        ("shoal_p2_gl_callbacks", "pass 2: gl_callbacks", 1, "%.0f", []),
+        ("shoal_p2_gl_demotions", "pass 2: gl_demotions", 1, "%.0f", []),
+        ("shoal_p1_gl_requests", "pass 1 (warm-up): gl_requests", 1, "%.0f", []),
+        ("p1_mib_s", "pass 1: read MiB/s", 1, "%.1f", []),
+        ("shoal_p3_gl_requests", "pass 3 (echo 3): gl_requests", 1, "%.0f", []),
+        ("shoal_p3_gl_demotions", "pass 3: gl_demotions", 1, "%.0f", []),
+        ("p3_dev_rd_bytes", "pass 3: device MiB read (loop)", MIB, "%.1f", []),
+        ("p3_mib_s", "pass 3: read MiB/s", 1, "%.1f", []),
+    ]),
+    "pingpong": (PP_COLS, [
+        ("ops_s", "appends per second", 1, "%.1f", []),
+        ("lat_p50_us", "append latency p50 (us)", 1, "%.0f", []),
+        ("lat_p99_us", "append latency p99 (us)", 1, "%.0f", []),
+        ("lat_a_p50_us", "  p50 of the appends through node a (us)", 1, "%.0f", []),
+        ("lat_b_p50_us", "  p50 of the appends through node b (us)", 1, "%.0f", []),
+        ("flushes_per_append", "device flushes per append (loop)", 1, "%.2f", []),
+        ("wr_bytes_per_append", "device bytes written per append (loop)", 1, "%.0f", []),
+        ("shoal_gl_demotions", "shoal stat a+b: gl_demotions", 1, "%.0f", []),
+        ("shoal_a_gl_demotions", "  of node a", 1, "%.0f", []),
+        ("shoal_b_gl_demotions", "  of node b", 1, "%.0f", []),
+        ("shoal_gl_demotions_per_append", "  per append", 1, "%.2f", []),
+        ("shoal_gl_callbacks", "shoal stat a+b: gl_callbacks", 1, "%.0f", []),
+        ("shoal_gl_callbacks_per_append", "  per append", 1, "%.2f", []),
+        ("shoal_gl_requests_per_append", "shoal stat a+b: gl_requests per append", 1, "%.2f", []),
+        ("shoal_gl_restarts_per_append", "shoal stat a+b: gl_restarts per append", 1, "%.2f", []),
+        ("shoal_gl_rtt_us_per_append", "shoal stat a+b: lock wait per append (us)", 1, "%.0f", []),
+        ("shoal_commits_per_append", "shoal stat a+b: commits per append", 1, "%.2f", []),
+        ("shoal_dev_flushes_per_append", "shoal stat a+b: dev_flushes per append", 1, "%.2f", []),
+    ]),
+}
+FS_ORDER = ("ext4", "shoal", "shoal-cl", "shoal-cl-hold0")
 
 
 def fmt(spec_fmt, scale, v):
     return spec_fmt % (v / scale)
 
 
-def verdict(op, bound, ratio):
-    ok = ratio <= bound if op == "<=" else ratio >= bound
+def verdict(op, bound, x):
+    if op == "==":
+        ok = x == bound
+    else:
+        ok = x <= bound if op == "<=" else x >= bound
     return "PASS" if ok else "MISS"
+
+
+def cache_reached(vals, fs, r):
+    """Pass 2 of the cache workload reached shoal in round r."""
+    size = vals.get((fs, "file_bytes"), {}).get(r)
+    got = vals.get((fs, "p2_dev_rd_bytes"), {}).get(r)
+    if got is None:  # no loop device (--shoal-on-file)
+        got = vals.get((fs, "shoal_p2_dev_read_bytes"), {}).get(r)
+    return size is not None and got is not None and got >= size
+
+
+def value_check(vals, workload, fs, metric, op, bound, rounds):
+    per = vals.get((fs, metric), {})
+    ok_rounds = [r for r in rounds if r in per and
+                 (workload != "cache" or cache_reached(vals, fs, r))]
+    if not ok_rounds:
+        return "%s %g n/a%s" % (op, bound, " (pass 2 did not reach shoal)"
+                                if per and workload == "cache" else "")
+    bad = [r for r in ok_rounds if verdict(op, bound, per[r]) == "MISS"]
+    return "%s %g %s" % (op, bound, "MISS (round %s)" % ",".join(map(str, bad))
+                         if bad else "PASS")
+
+
+def report_table(workload, vals, failed, rounds, fses):
+    cols, rows = SPECS[workload]
+    w_label = max(len(s[1]) for s in rows) + 1
+    w_fs = max(len(f) for f in fses) + 1
+    head = "%-*s %-*s" % (w_label, "metric", w_fs, "fs")
+    head += "".join("%11s" % ("round %d" % r) for r in rounds)
+    head += "%11s" % "median" + "".join("%11s" % c[0] for c in cols) + "  target"
+    print(head)
+    print("-" * len(head))
+    for metric, label, scale, sfmt, targets in rows:
+        rfses = [fs for fs in fses
+                 if not (metric.startswith("shoal_") and fs == "ext4")]
+        if not any((fs, metric) in vals for fs in rfses):
+            continue  # not measured in this run (older raw file, no loop device)
+        med = {}
+        for fs in rfses:
+            per = vals.get((fs, metric), {})
+            if per:
+                med[fs] = statistics.median(per.values())
+        for i, fs in enumerate(rfses):
+            per = vals.get((fs, metric), {})
+            cells = ""
+            for r in rounds:
+                if r in per:
+                    cells += "%11s" % fmt(sfmt, scale, per[r])
+                elif (fs, r) in failed:
+                    cells += "%11s" % "FAIL"
+                else:
+                    cells += "%11s" % "-"
+            line = "%-*s %-*s%s%11s" % (
+                w_label, label if i == 0 else "", w_fs, fs, cells,
+                fmt(sfmt, scale, med[fs]) if fs in med else "n/a")
+            for _, pairs in cols:
+                den = pairs.get(fs)
+                if den is None or den not in rfses:
+                    line += "%11s" % ""
+                elif fs in med and den in med and med[den] != 0:
+                    line += " %9.2fx" % (med[fs] / med[den])
+                else:
+                    line += "%11s" % "n/a"
+            notes = []
+            for t in targets:
+                if t[0] == "ratio" and t[1] == fs and t[2] in rfses:
+                    _, num, den, op, bound = t
+                    name = "%s/%s %s %.1fx" % (num, den, op, bound)
+                    if num in med and den in med and med[den] != 0:
+                        notes.append("%s %s" % (name, verdict(op, bound, med[num] / med[den])))
+                    else:
+                        notes.append(name + " n/a")
+                elif t[0] == "value" and t[1] == fs:
+                    notes.append(value_check(vals, workload, fs, metric, t[2], t[3], rounds))
+            if notes:
+                line += "  " + "; ".join(notes)
+            print(line.rstrip())
 
 
 # --- lockd (begin) ------------------------------------------------------------
@@ -154,7 +298,7 @@ def main():
     if len(sys.argv) != 2:
         sys.stderr.write("usage: report.py RAWFILE\n")
         return 2
-    meta, vals, fails, rounds = [], {}, [], set()
+    meta, vals, fails, rounds, fses = [], {}, [], set(), None
     workload = None
     with open(sys.argv[1]) as f:
         for line in f:
@@ -171,58 +315,21 @@ def main():
                 fails.append((p[1], int(p[2]), "\t".join(p[3:])))
             elif p[0] == "rounds" and len(p) == 2:
                 rounds.update(range(1, int(p[1]) + 1))
+            elif p[0] == "fses" and len(p) == 2:
+                fses = p[1].split()
     failed = {(fs, r) for fs, r, _ in fails}
     rounds = sorted(rounds)
+    if fses is None:  # raw files from before the "fses" line: what they hold
+        seen = {fs for fs, _ in vals} | {fs for fs, _ in failed}
+        fses = [fs for fs in FS_ORDER if fs in seen] or ["ext4", "shoal"]
 
     for k, v in meta:
         print("%s: %s" % (k, v))
     print()
     if workload == "lockd":
         report_lockd(vals, fails, rounds)
-        if fails:
-            print()
-            print("FAILED RUNS:")
-            for fs, r, text in fails:
-                print("  %s round %d: %s" % (fs, r, text))
-        return 0
-    w_label = max(len(s[1]) for s in SPECS[workload]) + 1
-    head = "%-*s %-6s" % (w_label, "metric", "fs")
-    head += "".join("%11s" % ("round %d" % r) for r in rounds)
-    head += "%11s %11s  %s" % ("median", "shoal/ext4", "target")
-    print(head)
-    print("-" * len(head))
-    for metric, label, scale, sfmt, target in SPECS[workload]:
-        shoal_only = metric.startswith("shoal_")
-        med = {}
-        for i, fs in enumerate(FSES):
-            if shoal_only and fs != "shoal":
-                continue
-            per = vals.get((fs, metric), {})
-            cells = ""
-            for r in rounds:
-                if r in per:
-                    cells += "%11s" % fmt(sfmt, scale, per[r])
-                elif (fs, r) in failed:
-                    cells += "%11s" % "FAIL"
-                else:
-                    cells += "%11s" % "-"
-            if per:
-                med[fs] = statistics.median(per.values())
-            line = "%-*s %-6s%s%11s" % (
-                w_label, label if (i == 0 or shoal_only) else "", fs, cells,
-                fmt(sfmt, scale, med[fs]) if fs in med else "n/a")
-            if fs == "shoal" and not shoal_only:
-                if "ext4" in med and "shoal" in med and med["ext4"] != 0:
-                    ratio = med["shoal"] / med["ext4"]
-                    line += " %10.2fx" % ratio
-                    if target:
-                        line += "  %s %.1fx %s" % (target[0], target[1],
-                                                   verdict(target[0], target[1], ratio))
-                else:
-                    line += " %11s" % "n/a"
-                    if target:
-                        line += "  %s %.1fx n/a" % target
-            print(line.rstrip())
+    else:
+        report_table(workload, vals, failed, rounds, fses)
     if fails:
         print()
         print("FAILED RUNS:")

@@ -1,30 +1,37 @@
 #!/usr/bin/env bash
-# bench/run.sh - runs the issue #2 workloads on shoal and on ext4, on image
-# files in one directory of the same host disk, in the same run, several
-# rounds, and prints per-round values, medians, ratios shoal/ext4, the
-# targets (PASS/MISS, information only) and the device counters that explain
-# the numbers.  bench/README.md says what each workload does and how each
-# counter is measured.
+# bench/run.sh - runs the issue #2/#3 workloads on ext4, on shoal (single
+# node, lock=nolock) and on shoal-cl (single node, lock=shoal against its own
+# shoal-lockd), on image files in one directory of the same host disk, in the
+# same run, several rounds, and prints per-round values, medians, ratios
+# (shoal/ext4, shoal-cl/ext4, shoal-cl/shoal), the targets (PASS/MISS,
+# information only) and the counters that explain the numbers.
+# bench/README.md says what each workload does and how each counter is
+# measured.
 #
-#   bench/run.sh [--rounds N] [--quick] [--dir DIR] [--shoal-on-file] [WORKLOAD...]
+#   bench/run.sh [--rounds N] [--quick] [--dir DIR] [--fs LIST] [--appends N]
+#                [--shoal-on-file] [WORKLOAD...]
 #
-# WORKLOAD is meta, seq, fstest or lockd (default: all four; lockd is the
-# lock manager's round trips against a bare Unix-socket echo, see the
-# "lockd" section below).  Results go to stdout
-# and to bench/results/DATE-WORKLOAD.txt.  Exit status: 0 when every run
-# completed (whatever the timings), 1 when a run failed (mount, workload
-# program, a shoal daemon that died or went read-only), 2 on bad usage.
+# WORKLOAD is meta, seq, fstest, cache, pingpong or lockd (default: all six;
+# lockd is the lock manager's round trips against a bare Unix-socket echo,
+# see the "lockd" section below).  Results go to stdout and to
+# bench/results/DATE-WORKLOAD.txt.  Exit status: 0 when every run completed
+# (whatever the timings), 1 when a run failed (mount, workload program, a
+# shoal daemon or shoal-lockd that died, a mount that went read-only), 2 on
+# bad usage.
 #
 # Invariants:
-#  (1) every round of every workload formats and mounts both filesystems
-#      afresh (4 GiB sparse image, losetup with direct I/O, mkfs), runs one
-#      filesystem at a time, and unmounts and deletes it before the next;
-#      ext4 goes first in odd rounds, shoal in even rounds;
+#  (1) every round of every workload formats and mounts each variant afresh
+#      (4 GiB sparse image, losetup with direct I/O, mkfs, for shoal-cl a new
+#      shoal-lockd), runs one variant at a time, and unmounts and deletes it
+#      (and stops its shoal-lockd) before the next; the order of the
+#      variants rotates by one per round;
 #  (2) device counters are sampled from /sys/block/loopN/stat of the loop
 #      device under each filesystem, before and after the measured step,
 #      never across a format or a mount;
-#  (3) everything this script set up (mounts, shoal daemons, loop devices,
-#      images, temp dir) is torn down on exit, also after a failure or ^C.
+#  (3) everything this script set up (mounts, shoal daemons, shoal-lockd
+#      daemons, loop devices, images, temp dir) is torn down on exit, also
+#      after a failure or ^C; a shoal-lockd is stopped only after every
+#      mount using it is unmounted.
 set -euo pipefail
 
 bench=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
@@ -32,19 +39,29 @@ bench=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 
 usage() {
 	cat <<EOF
-usage: bench/run.sh [--rounds N] [--quick] [--dir DIR] [--shoal-on-file] [WORKLOAD...]
+usage: bench/run.sh [--rounds N] [--quick] [--dir DIR] [--fs LIST] [--appends N]
+                    [--shoal-on-file] [WORKLOAD...]
 
-Runs each WORKLOAD (meta, seq, fstest; default all) on ext4 and on shoal,
-N rounds (default 3; 1 with --quick), and prints medians and ratios.
-WORKLOAD lockd (also run by default) times shoal-lockd lock+unlock round
-trips against a bare Unix-socket echo, at least 3 rounds.
-  --quick          smaller sizes, for a smoke run under a minute
+Runs each WORKLOAD (default: all of meta seq fstest cache pingpong lockd)
+N rounds (default 3; 1 with --quick) and prints medians and ratios.
+  meta, seq, fstest  on each variant of --fs
+  cache              shoal and shoal-cl: lock requests of a re-read (must be 0)
+  pingpong           two nodes appending to one file in turn (shoal-cl with
+                     the default hold time and with hold=0; ext4 reference)
+  lockd              shoal-lockd lock+unlock round trips against a bare
+                     Unix-socket echo, at least 3 rounds
+  --quick          smaller sizes, for a smoke run of everything in about 2 minutes
+  --fs LIST        comma-separated variants among ext4, shoal (lock=nolock),
+                   shoal-cl (lock=shoal, one node, own shoal-lockd); default
+                   \$SHOAL_BENCH_FS or ext4,shoal,shoal-cl.  pingpong runs its
+                   two cluster variants if shoal-cl is in LIST, ext4 if ext4 is
+  --appends N      pingpong appends per run (default 2000; 300 with --quick)
   --dir DIR        where the images and mountpoints go (default
                    \$SHOAL_BENCH_DIR or /var/tmp/shoal-bench); must be on a disk
   --shoal-on-file  mount shoal on its image file instead of a loop device
                    (then only shoal's own counters are available for it)
 Environment: SHOAL_BUILD (build dir, default build/), SHOAL_BENCH_TIMEOUT
-(seconds one workload program may take, default 1800).
+(seconds one workload program may take, default 1800), SHOAL_BENCH_FS.
 EOF
 }
 
@@ -52,6 +69,8 @@ rounds=
 quick=0
 shoal_on_file=0
 dir=${SHOAL_BENCH_DIR:-/var/tmp/shoal-bench}
+fs_list=${SHOAL_BENCH_FS:-ext4,shoal,shoal-cl}
+pp_appends=
 workloads=()
 while [ $# -gt 0 ]; do
 	case $1 in
@@ -66,27 +85,53 @@ while [ $# -gt 0 ]; do
 		dir=$2
 		shift 2
 		;;
+	--fs)
+		[ $# -ge 2 ] || { usage >&2; exit 2; }
+		fs_list=$2
+		shift 2
+		;;
+	--appends)
+		[ $# -ge 2 ] && [[ $2 =~ ^[1-9][0-9]*$ ]] || { usage >&2; exit 2; }
+		pp_appends=$2
+		shift 2
+		;;
 	--shoal-on-file) shoal_on_file=1; shift ;;
 	-h | --help) usage; exit 0 ;;
-	meta | seq | fstest | lockd) workloads+=("$1"); shift ;;
+	meta | seq | fstest | cache | pingpong | lockd) workloads+=("$1"); shift ;;
 	*) echo "bench/run.sh: unknown argument $1" >&2; usage >&2; exit 2 ;;
 	esac
 done
-[ ${#workloads[@]} -gt 0 ] || workloads=(meta seq fstest lockd)
+[ ${#workloads[@]} -gt 0 ] || workloads=(meta seq fstest cache pingpong lockd)
+
+# The selected variants, in the canonical order (the rounds rotate it).
+for v in ${fs_list//,/ }; do
+	case $v in
+	ext4 | shoal | shoal-cl) ;;
+	*) echo "bench/run.sh: --fs: unknown variant '$v' (ext4, shoal, shoal-cl)" >&2; exit 2 ;;
+	esac
+done
+sel_fses=()
+for v in ext4 shoal shoal-cl; do
+	[[ ",$fs_list," != *",$v,"* ]] || sel_fses+=("$v")
+done
+[ ${#sel_fses[@]} -gt 0 ] || { echo "bench/run.sh: --fs selects nothing" >&2; exit 2; }
 
 if [ "$quick" = 1 ]; then
 	rounds=${rounds:-1}
 	meta_files=10000
 	seq_mib=128
 	fst_iters=1024
+	pp_appends=${pp_appends:-300}
 else
 	rounds=${rounds:-3}
 	meta_files=100000
 	seq_mib=1024
 	fst_iters=8192
+	pp_appends=${pp_appends:-2000}
 fi
 fst_kib=8192 # the 8 MiB file of seeds/001
 fst_seed=1
+cache_mib=64 # the file the cache workload reads twice
 img_size=4G
 prog_timeout=${SHOAL_BENCH_TIMEOUT:-1800}
 build=${SHOAL_BUILD:-$shoal_top/build}
@@ -105,7 +150,7 @@ if [ ! -f "$build/CMakeCache.txt" ]; then
 	cmake -S "$shoal_top" -B "$build" -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
 fi
 build_note=
-if ! cmake --build "$build" -j"$(nproc)" --target mkfs.shoal shoal-mount shoal-cli >/dev/null; then
+if ! cmake --build "$build" -j"$(nproc)" --target mkfs.shoal shoal-mount shoal-cli shoal-lockd >/dev/null; then
 	# Others edit the tree too; a half-done change elsewhere should not
 	# stop a benchmark of the binaries that are there, but it must show.
 	echo "bench/run.sh: build failed; using the binaries already in $build" >&2
@@ -121,50 +166,101 @@ work=$(mktemp -d /tmp/shoal-bench.XXXXXX)
 trap 'rm -rf "$work"' EXIT
 bin=$work/bin
 mkdir "$bin"
-cp "$build/mkfs.shoal" "$build/shoal-mount" "$build/shoal" "$bin/"
+cp "$build/mkfs.shoal" "$build/shoal-mount" "$build/shoal" "$build/shoal-lockd" "$bin/"
 if [ -x "$build/fsck.shoal" ]; then cp "$build/fsck.shoal" "$bin/"; fi
 shoal_rev="$(git -C "$shoal_top" rev-parse --short HEAD 2>/dev/null || echo unknown)$(
 	git -C "$shoal_top" diff --quiet HEAD 2>/dev/null || echo ' + uncommitted changes'), built $(
 	date -r "$build/shoal-mount" '+%Y-%m-%d %H:%M:%S')$build_note"
-for p in metabench seqio fstest; do
+for p in metabench seqio fstest pingpong; do
 	cc -O2 -Wall -Wextra -Werror -D_GNU_SOURCE -o "$bin/$p" "$bench/$p.c"
 done
 
 # --- state and teardown -----------------------------------------------------
+# A variant (FS) is ext4, shoal or shoal-cl; pingpong adds shoal-cl-hold0 and
+# mounts its cluster variants twice (node a, node b).  One variant is set up
+# at a time.
 
-declare -A mnt=([ext4]=$dir/mnt-ext4 [shoal]=$dir/mnt-shoal)
-declare -A img=([ext4]=$dir/ext4.img [shoal]=$dir/shoal.img)
-declare -A loopdev=([ext4]= [shoal]=)
-declare -A dev=([ext4]= [shoal]=) # what the filesystem is mounted from
-shoal_pid=
-shoal_log=
+declare -A mnt=([ext4]=$dir/mnt-ext4 [shoal]=$dir/mnt-shoal [shoal-cl]=$dir/mnt-shoal-cl
+	[shoal-cl-hold0]=$dir/mnt-shoal-cl)
+declare -A img=([ext4]=$dir/ext4.img [shoal]=$dir/shoal.img [shoal-cl]=$dir/shoal-cl.img
+	[shoal-cl-hold0]=$dir/shoal-cl.img)
+declare -A loopdev=() # FS -> its loop device, while set up
+declare -A dev=()     # FS -> what it is mounted from
+pp_mnt_a=$dir/mnt-a   # pingpong: node a and node b of the cluster variants
+pp_mnt_b=$dir/mnt-b
+declare -A daemon_pid=() # mountpoint -> pid of the shoal-mount daemon serving it
+declare -A daemon_log=() # mountpoint -> that daemon's log file
+cl_lockd_pid=            # the shoal-lockd of the current cluster variant
+cl_sock=$work/cl-lockd.sock
+cl_log=$work/cl-lockd.log
 any_fail=0
-cur_raw=   # raw results of the workload being run (report.py input)
+cur_w=     # the workload being run
+cur_raw=   # its raw results (report.py input)
 cur_out=   # its results file
 fail_note= # why the last step failed
 
 is_mounted() { findmnt -rn -M "$1" >/dev/null 2>&1; }
+is_cluster() { [[ $1 == shoal-cl* ]]; }
+
+# pid_alive PID COMM: process PID runs COMM and is not a zombie.
+pid_alive() {
+	[ -n "$1" ] && [ "$(cat "/proc/$1/comm" 2>/dev/null)" = "$2" ] &&
+		[ "$(awk '{ print $3 }' "/proc/$1/stat" 2>/dev/null)" != Z ]
+}
+
+# shoal_stop MNT: unmount MNT and wait until its daemon has exited.
+shoal_stop() {
+	local m=$1 pid=${daemon_pid[$1]:-} i
+	if is_mounted "$m"; then
+		timeout 120 "$bin/shoal" umount "$m" >/dev/null 2>&1 ||
+			umount -l "$m" 2>/dev/null || true
+	fi
+	for i in $(seq 50); do
+		pid_alive "$pid" shoal-mount || break
+		sleep 0.2
+	done
+	! pid_alive "$pid" shoal-mount || kill -9 "$pid" 2>/dev/null || true
+	unset "daemon_pid[$m]" "daemon_log[$m]"
+}
+
+cl_lockd_start() {
+	rm -f "$cl_sock"
+	"$bin/shoal-lockd" -f --listen "unix:$cl_sock" 2>"$cl_log" &
+	cl_lockd_pid=$!
+	local i
+	for i in $(seq 100); do
+		[ -S "$cl_sock" ] && return 0
+		# Not pid_alive: until its exec the child is still "bash".
+		[ "$(awk '{ print $3 }' "/proc/$cl_lockd_pid/stat" 2>/dev/null || echo Z)" != Z ] || break
+		sleep 0.05
+	done
+	fail_note="shoal-lockd did not start: $(tail -n 5 "$cl_log")"
+	return 1
+}
+
+cl_lockd_stop() {
+	if [ -n "$cl_lockd_pid" ]; then
+		kill "$cl_lockd_pid" 2>/dev/null || true
+		wait "$cl_lockd_pid" 2>/dev/null || true
+		cl_lockd_pid=
+	fi
+	rm -f "$cl_sock"
+}
 
 fs_teardown() {
-	local fs=$1
-	if is_mounted "${mnt[$fs]}"; then
-		if [ "$fs" = shoal ]; then
-			timeout 120 "$bin/shoal" umount "${mnt[$fs]}" >/dev/null 2>&1 ||
-				umount -l "${mnt[$fs]}" 2>/dev/null || true
-		else
-			umount "${mnt[$fs]}" 2>/dev/null || umount -l "${mnt[$fs]}" 2>/dev/null || true
+	local fs=$1 m
+	if [ "$fs" = ext4 ]; then
+		if is_mounted "${mnt[ext4]}"; then
+			umount "${mnt[ext4]}" 2>/dev/null || umount -l "${mnt[ext4]}" 2>/dev/null || true
 		fi
-	fi
-	if [ "$fs" = shoal ] && [ -n "$shoal_pid" ]; then
-		local i
-		for i in $(seq 50); do
-			shoal_alive || break
-			sleep 0.2
+	else
+		# Node b first: a's unmount then finds no other node holding locks.
+		for m in $(printf '%s\n' "${!daemon_pid[@]}" | sort -r); do
+			shoal_stop "$m"
 		done
-		! shoal_alive || kill -9 "$shoal_pid" 2>/dev/null || true
-		shoal_pid=
+		cl_lockd_stop # after every mount that used it
 	fi
-	if [ -n "${loopdev[$fs]}" ]; then
+	if [ -n "${loopdev[$fs]:-}" ]; then
 		losetup -d "${loopdev[$fs]}" 2>/dev/null || true
 		loopdev[$fs]=
 	fi
@@ -172,10 +268,12 @@ fs_teardown() {
 }
 
 cleanup() {
-	lockd_teardown
+	fs_teardown shoal-cl-hold0
+	fs_teardown shoal-cl
 	fs_teardown shoal
 	fs_teardown ext4
-	rmdir "${mnt[ext4]}" "${mnt[shoal]}" "$dir" 2>/dev/null || true
+	lockd_teardown
+	rmdir "${mnt[ext4]}" "${mnt[shoal]}" "${mnt[shoal-cl]}" "$pp_mnt_a" "$pp_mnt_b" "$dir" 2>/dev/null || true
 	rm -rf "$work"
 }
 trap cleanup EXIT
@@ -211,11 +309,13 @@ drop_caches() {
 
 # --- counters ----------------------------------------------------------------
 
-# sample FS FILE: the counters now, "name value" per line.
+# sample FS FILE [MNT]: the counters now, "name value" per line: FS's loop
+# device, and `shoal stat` of MNT (default FS's mountpoint) if a shoal daemon
+# of this run serves it.
 sample() {
-	local fs=$1 out=$2 f
+	local fs=$1 out=$2 m=${3:-${mnt[$1]}} f
 	{
-		if [ -n "${loopdev[$fs]}" ]; then
+		if [ -n "${loopdev[$fs]:-}" ]; then
 			read -r -a f <"/sys/block/${loopdev[$fs]#/dev/}/stat"
 			echo "loop_rd_bytes $((f[2] * 512))"
 			echo "loop_wr_ios ${f[4]}"
@@ -223,8 +323,8 @@ sample() {
 			# Field 16 (index 15), "flush I/Os", exists since Linux 5.5.
 			if [ ${#f[@]} -ge 17 ]; then echo "loop_flushes ${f[15]}"; fi
 		fi
-		if [ "$fs" = shoal ] && is_mounted "${mnt[shoal]}"; then
-			timeout 30 "$bin/shoal" stat "${mnt[shoal]}" 2>/dev/null |
+		if [ -n "${daemon_pid[$m]+set}" ] && is_mounted "$m"; then
+			timeout 30 "$bin/shoal" stat "$m" 2>/dev/null |
 				awk '$2 ~ /^[0-9]+$/ { print "shoal_" $1, $2 }'
 		fi
 	} >"$out"
@@ -257,12 +357,40 @@ emit_delta() {
 	emit "$1" "$2" "$3" "$v"
 }
 
+# emit_gl FS ROUND PREFIX A B: the lock counters of a step, as PREFIXgl_*.
+emit_gl() {
+	local m
+	for m in gl_requests gl_callbacks gl_demotions gl_restarts gl_rtt_us; do
+		emit_delta "$1" "$2" "$3$m" "$4" "$5" "shoal_$m"
+	done
+}
+
 # --- filesystems ---------------------------------------------------------------
 
-# fs_make FS: fresh image, loop device, mkfs, mount.  Sets fail_note on error.
+# shoal_mount FS MNT OPTIONS: shoal-mount FS's device at MNT, remember the daemon.
+shoal_mount() {
+	local fs=$1 m=$2 o=$work/make.out st=$work/status.out
+	mkdir -p "$m"
+	"$bin/shoal-mount" -o "$3" "${dev[$fs]}" "$m" >>"$o" 2>&1 || return 1
+	"$bin/shoal" status "$m" >"$st" 2>&1 || true
+	daemon_pid[$m]=$(field "$st" pid)
+	daemon_log[$m]=$(field "$st" log)
+}
+
+# cl_opts FS NODE: the mount options of cluster variant FS as node NODE.
+cl_opts() {
+	local o="lock=shoal:unix:$cl_sock,node=$2"
+	[ "$1" != shoal-cl-hold0 ] || o+=",hold=0"
+	echo "$o"
+}
+
+# fs_make FS: fresh image, loop device, mkfs, (shoal-lockd,) mount.  In the
+# pingpong workload a cluster variant is mounted twice, as node a and b.
+# Sets fail_note on error.
 fs_make() {
 	local fs=$1 out=$work/make.out
 	fs_teardown "$fs"
+	: >"$out"
 	mkdir -p "${mnt[$fs]}"
 	truncate -s "$img_size" "${img[$fs]}"
 	dev[$fs]=${img[$fs]}
@@ -273,7 +401,8 @@ fs_make() {
 		fi
 		dev[$fs]=${loopdev[$fs]}
 	fi
-	if [ "$fs" = ext4 ]; then
+	case $fs in
+	ext4)
 		# Default features (journal included).  The inode tables and the
 		# journal are zeroed now, not by ext4lazyinit during the run.
 		mkfs.ext4 -F -q -E lazy_itable_init=0,lazy_journal_init=0 "${dev[ext4]}" >"$out" 2>&1 &&
@@ -281,29 +410,47 @@ fs_make() {
 			fail_note="mkfs.ext4/mount ${dev[ext4]}: $(tail -n 5 "$out")"
 			return 1
 		}
-	else
+		;;
+	shoal)
 		"$bin/mkfs.shoal" -f "${dev[shoal]}" >"$out" 2>&1 &&
-			"$bin/shoal-mount" -o lock=nolock "${dev[shoal]}" "${mnt[shoal]}" >>"$out" 2>&1 || {
+			shoal_mount shoal "${mnt[shoal]}" lock=nolock || {
 			fail_note="mkfs.shoal/shoal-mount ${dev[shoal]}: $(tail -n 5 "$out")"
 			return 1
 		}
-		"$bin/shoal" status "${mnt[shoal]}" >"$out" 2>&1 || true
-		shoal_pid=$(field "$out" pid)
-		shoal_log=$(field "$out" log)
-	fi
+		;;
+	*)
+		# The same mkfs as shoal (its default is 2 journals), so lock=
+		# is the only difference; pingpong's two nodes need the 2.
+		"$bin/mkfs.shoal" -f -j 2 "${dev[$fs]}" >"$out" 2>&1 || {
+			fail_note="mkfs.shoal ${dev[$fs]}: $(tail -n 5 "$out")"
+			return 1
+		}
+		cl_lockd_start || return 1
+		if [ "$cur_w" = pingpong ]; then
+			shoal_mount "$fs" "$pp_mnt_a" "$(cl_opts "$fs" a)" &&
+				shoal_mount "$fs" "$pp_mnt_b" "$(cl_opts "$fs" b)"
+		else
+			shoal_mount "$fs" "${mnt[$fs]}" "$(cl_opts "$fs" bench)"
+		fi || {
+			fail_note="shoal-mount ${dev[$fs]}: $(tail -n 5 "$out")$(tail -n 5 "$cl_log" | sed 's/^/shoal-lockd: /')"
+			return 1
+		}
+		;;
+	esac
 	sync
 }
 
 # fs_describe FS: how the filesystem was made and mounted, for the header.
 fs_describe() {
-	local fs=$1 l
-	if [ -n "${loopdev[$fs]}" ]; then
+	local fs=$1 l m
+	if [ -n "${loopdev[$fs]:-}" ]; then
 		l=${loopdev[$fs]#/dev/}
 		meta "$fs device" "${loopdev[$fs]} on ${img[$fs]} ($img_size sparse), loop direct I/O $(cat "/sys/block/$l/loop/dio"), write cache '$(cat "/sys/block/$l/queue/write_cache")', FUA $(cat "/sys/block/$l/queue/fua")"
 	else
 		meta "$fs device" "${img[$fs]} ($img_size sparse image file, no loop device)"
 	fi
-	if [ "$fs" = ext4 ]; then
+	case $fs in
+	ext4)
 		local feat jsz
 		feat=$(dumpe2fs -h "${dev[ext4]}" 2>/dev/null | sed -n 's/^Filesystem features: *//p')
 		jsz=$(dumpe2fs -h "${dev[ext4]}" 2>/dev/null | sed -n 's/^Total journal size: *//p')
@@ -314,46 +461,57 @@ fs_describe() {
 		fi
 		meta "ext4 mkfs" "mkfs.ext4 -F -q -E lazy_itable_init=0,lazy_journal_init=0; features: $feat"
 		meta "ext4 mount" "$(findmnt -no OPTIONS -M "${mnt[ext4]}")"
-	else
-		meta "shoal mkfs" "build/mkfs.shoal -f (defaults)"
+		;;
+	shoal)
+		meta "shoal mkfs" "build/mkfs.shoal -f (defaults: 2 journals)"
 		meta "shoal mount" "build/shoal-mount -o lock=nolock; $("$bin/shoal" status "${mnt[shoal]}" 2>/dev/null | sed -n 's/^options //p')"
-	fi
+		;;
+	*)
+		meta "$fs mkfs" "build/mkfs.shoal -f -j 2 (as shoal)"
+		meta "$fs lockd" "build/shoal-lockd -f --listen unix:WORK/cl-lockd.sock, started for each round before the mount, stopped (SIGTERM) after the unmount"
+		for m in $(printf '%s\n' "${!daemon_pid[@]}" | sort); do
+			meta "$fs mount" "build/shoal-mount -o $(cl_opts "$fs" "$("$bin/shoal" status "$m" 2>/dev/null | sed -n 's/^node //p')" | sed "s|$work|WORK|"); $("$bin/shoal" status "$m" 2>/dev/null | sed -n 's/^options //p' | sed "s|$work|WORK|")"
+		done
+		;;
+	esac
 }
 
-# shoal_alive: the shoal-mount daemon this round started still runs.
-shoal_alive() {
-	[ -n "$shoal_pid" ] && [ "$(cat "/proc/$shoal_pid/comm" 2>/dev/null)" = shoal-mount ] &&
-		[ "$(awk '{ print $3 }' "/proc/$shoal_pid/stat" 2>/dev/null)" != Z ]
-}
-
-# shoal_health ROUND: fail unless the shoal daemon is alive and writable.
+# shoal_health FS ROUND: fail unless every shoal daemon of this run (and the
+# variant's shoal-lockd) is alive and every mount writable.
 shoal_health() {
-	local r=$1 st=$work/health.out
-	if ! shoal_alive; then
-		fail shoal "$r" "shoal-mount daemon (pid $shoal_pid) has died$(shoal_log_tail)"
+	local fs=$1 r=$2 st=$work/health.out m
+	if is_cluster "$fs" && ! pid_alive "$cl_lockd_pid" shoal-lockd; then
+		fail "$fs" "$r" "shoal-lockd (pid $cl_lockd_pid) has died: $(tail -n 10 "$cl_log")"
 		return 1
 	fi
-	if ! timeout 30 "$bin/shoal" stat "${mnt[shoal]}" >"$st" 2>&1; then
-		fail shoal "$r" "shoal stat failed: $(tail -n 3 "$st")$(shoal_log_tail)"
-		return 1
-	fi
-	if [ "$(field "$st" readonly)" = 1 ] || grep -q '^error ' "$st"; then
-		fail shoal "$r" "shoal went read-only: $(grep '^error ' "$st" || true)$(shoal_log_tail)"
-		return 1
-	fi
+	for m in "${!daemon_pid[@]}"; do
+		if ! pid_alive "${daemon_pid[$m]}" shoal-mount; then
+			fail "$fs" "$r" "shoal-mount daemon of $m (pid ${daemon_pid[$m]}) has died$(shoal_log_tail "$m")"
+			return 1
+		fi
+		if ! timeout 30 "$bin/shoal" stat "$m" >"$st" 2>&1; then
+			fail "$fs" "$r" "shoal stat $m failed: $(tail -n 3 "$st")$(shoal_log_tail "$m")"
+			return 1
+		fi
+		if [ "$(field "$st" readonly)" = 1 ] || grep -q '^error ' "$st"; then
+			fail "$fs" "$r" "$m went read-only: $(grep '^error ' "$st" || true)$(shoal_log_tail "$m")"
+			return 1
+		fi
+	done
 }
 
-# shoal_log_tail: what the daemon of this round logged, and what the kernel
+# shoal_log_tail MNT: what the daemon serving MNT logged, and what the kernel
 # said about it, as extra lines.
 shoal_log_tail() {
-	[ -n "$shoal_pid" ] || return 0
-	if [ -n "$shoal_log" ] && grep -qF "[$shoal_pid]" "$shoal_log" 2>/dev/null; then
-		printf '\nlast lines of %s from pid %s:\n' "$shoal_log" "$shoal_pid"
-		grep -F "[$shoal_pid]" "$shoal_log" | tail -n 15 | sed 's/^/    /'
+	local pid=${daemon_pid[$1]:-} log=${daemon_log[$1]:-}
+	[ -n "$pid" ] || return 0
+	if [ -n "$log" ] && grep -qF "[$pid]" "$log" 2>/dev/null; then
+		printf '\nlast lines of %s from pid %s:\n' "$log" "$pid"
+		grep -F "[$pid]" "$log" | tail -n 15 | sed 's/^/    /'
 	fi
-	if dmesg 2>/dev/null | grep -qF "[$shoal_pid]"; then
-		printf '\nkernel log about pid %s:\n' "$shoal_pid"
-		dmesg | grep -F "[$shoal_pid]" | tail -n 5 | sed 's/^/    /'
+	if dmesg 2>/dev/null | grep -qF "[$pid]"; then
+		printf '\nkernel log about pid %s:\n' "$pid"
+		dmesg | grep -F "[$pid]" | tail -n 5 | sed 's/^/    /'
 	fi
 }
 
@@ -361,13 +519,19 @@ shoal_log_tail() {
 runprog() {
 	local fs=$1 r=$2 out=$3 rc=0
 	shift 3
-	timeout -k 10 "$prog_timeout" "$@" >"$out" 2>"$out.err" || rc=$?
+	# --foreground: a ^C reaches the program too (timeout would otherwise
+	# put it in a process group of its own), so the run stops at once.
+	timeout --foreground -k 10 "$prog_timeout" "$@" >"$out" 2>"$out.err" || rc=$?
 	[ "$rc" = 0 ] && return 0
+	# Killed by the ^C (SIGINT) or SIGTERM that also reached this shell:
+	# stop here (the EXIT trap tears everything down).  The shell itself
+	# would carry on, as the program exited instead of dying of the signal.
+	[ "$rc" != 130 ] && [ "$rc" != 143 ] || exit "$rc"
 	local why="exit status $rc"
 	[ "$rc" = 124 ] || [ "$rc" = 137 ] && why="timed out after ${prog_timeout}s"
 	fail "$fs" "$r" "$(basename "$1") ${*:2}: $why
 $(tail -n 10 "$out.err")"
-	[ "$fs" != shoal ] || shoal_health "$r" || true
+	[ "$fs" = ext4 ] || shoal_health "$fs" "$r" || true
 	return 1
 }
 
@@ -378,7 +542,7 @@ $(tail -n 10 "$out.err")"
 wl_meta_describe() {
 	meta workload "meta - $meta_files empty files created (open O_CREAT|O_EXCL + close) in one new directory, then each stat'ed, then each unlinked; then syncfs (bench/metabench.c)"
 	meta "cache" "sync + drop_caches before the run"
-	meta "target" "total time shoal/ext4 <= 3x"
+	meta "target" "total time shoal/ext4 <= 3x; shoal-cl/shoal <= 1.1x (lock=shoal costs a single node at most 10%)"
 }
 
 wl_meta() {
@@ -397,13 +561,14 @@ wl_meta() {
 	for m in dev_write_bytes dev_flushes commits commit_blocks; do
 		emit_delta "$fs" "$r" "shoal_$m" "$work/base" "$work/after" "shoal_$m"
 	done
+	emit_gl "$fs" "$r" shoal_ "$work/base" "$work/after"
 	say "  round $r $fs: create $(field "$o" create_s)s stat $(field "$o" stat_s)s unlink $(field "$o" unlink_s)s total $(field "$o" total_s)s; device $(dv "$work/base" "$work/after" loop_wr_bytes) bytes written, $(dv "$work/base" "$work/after" loop_flushes) flushes"
 }
 
 wl_seq_describe() {
 	meta workload "seq - $seq_mib MiB written sequentially in 1 MiB writes then fsync'ed, caches dropped, read back sequentially in 1 MiB reads (bench/seqio.c; every 4 KiB block's stamp is checked on read)"
 	meta "cache" "sync + drop_caches before the write and again before the read"
-	meta "target" "write and read MiB/s shoal/ext4 >= 0.7 each"
+	meta "target" "write and read MiB/s shoal/ext4 >= 0.7 each; shoal-cl/shoal >= 0.9 each"
 }
 
 wl_seq() {
@@ -428,13 +593,15 @@ wl_seq() {
 	emit_delta "$fs" "$r" shoal_w_dev_flushes "$work/base" "$work/s1" shoal_dev_flushes
 	emit_delta "$fs" "$r" shoal_w_wb_written "$work/base" "$work/s1" shoal_wb_written
 	emit_delta "$fs" "$r" shoal_r_dev_read_bytes "$work/s2" "$work/s3" shoal_dev_read_bytes
+	emit_gl "$fs" "$r" shoal_w_ "$work/base" "$work/s1"
+	emit_gl "$fs" "$r" shoal_r_ "$work/s2" "$work/s3"
 	say "  round $r $fs: write $(field "$w" mib_s) MiB/s (fsync $(field "$w" fsync_s)s), read $(field "$rd" mib_s) MiB/s; device $(dv "$work/base" "$work/s1" loop_wr_bytes) bytes written, $(dv "$work/base" "$work/s1" loop_flushes) flushes, $(dv "$work/s2" "$work/s3" loop_rd_bytes) bytes read"
 }
 
 wl_fstest_describe() {
 	meta workload "fstest - seeds/001: an 8 MiB file written and fsync'ed (not measured), then $fst_iters x (1 KiB pwrite at a random 1 KiB-aligned offset, fdatasync, fsync), seed $fst_seed, timed from after open to after close (bench/fstest.c; the file is verified afterwards)"
 	meta "cache" "warm (the file was just written, as in the seed); sync before the loop; counters cover the loop only"
-	meta "target" "bandwidth shoal/ext4 >= 1.0; device bytes written per application byte shoal/ext4 <= 2x"
+	meta "target" "bandwidth shoal/ext4 >= 1.0; device bytes written per application byte shoal/ext4 <= 2x; bandwidth shoal-cl/shoal >= 0.9"
 }
 
 wl_fstest() {
@@ -457,14 +624,98 @@ wl_fstest() {
 	emit_delta "$fs" "$r" shoal_commits_per_iter "$work/base" "$work/after" shoal_commits "$fst_iters"
 	emit_delta "$fs" "$r" shoal_fsyncs "$work/base" "$work/after" shoal_fsyncs
 	emit_delta "$fs" "$r" shoal_fsync_noop "$work/base" "$work/after" shoal_fsync_noop
+	emit_gl "$fs" "$r" shoal_ "$work/base" "$work/after"
 	say "  round $r $fs: $(field "$o" kib_s) KiB/s, latency avg $(field "$o" lat_avg_us)us p99 $(field "$o" lat_p99_us)us; device $(dv "$work/base" "$work/after" loop_wr_bytes) bytes written, $(dv "$work/base" "$work/after" loop_flushes) flushes for $app application bytes"
+}
+
+wl_cache_describe() {
+	meta workload "cache - a $cache_mib MiB file written and fsync'ed, all caches dropped, read once (warm-up: the glocks are acquired and stay cached); pass 2: page cache dropped (sync; echo 1 > drop_caches; the kernel keeps its dentries and inodes) and the file read again; pass 3: all caches dropped (sync; echo 3, so the kernel also forgets its inodes) and read again (bench/seqio.c, 1 MiB reads, every block checked)"
+	meta "check" "shoal-cl: lock requests (gl_requests) of pass 2 == 0 (cached glocks cost nothing), valid only if pass 2 reached shoal (device bytes read by it >= the file), else n/a; pass 3 and shoal (lock=nolock, whose module is asked too) are information"
+}
+
+wl_cache() {
+	local fs=$1 r=$2 f=${mnt[$1]}/cache.dat o=$work/cache.out p
+	local -a rate
+	runprog "$fs" "$r" "$o" "$bin/seqio" write "$f" "$cache_mib" || return 1
+	drop_caches
+	for p in 1 2 3; do
+		case $p in
+		2) sync; echo 1 >/proc/sys/vm/drop_caches ;;
+		3) drop_caches ;;
+		esac
+		sample "$fs" "$work/c${p}a"
+		runprog "$fs" "$r" "$o" "$bin/seqio" read "$f" "$cache_mib" || return 1
+		sample "$fs" "$work/c${p}b"
+		rate[p]=$(field "$o" mib_s)
+		emit "$fs" "$r" "p${p}_mib_s" "${rate[p]}"
+		emit_delta "$fs" "$r" "p${p}_dev_rd_bytes" "$work/c${p}a" "$work/c${p}b" loop_rd_bytes
+		emit_delta "$fs" "$r" "shoal_p${p}_dev_read_bytes" "$work/c${p}a" "$work/c${p}b" shoal_dev_read_bytes
+		emit_gl "$fs" "$r" "shoal_p${p}_" "$work/c${p}a" "$work/c${p}b"
+	done
+	emit "$fs" "$r" file_bytes $((cache_mib * 1048576))
+	cp "$work/c1a" "$work/base"
+	say "  round $r $fs: lock requests pass 1 (warm-up) $(dv "$work/c1a" "$work/c1b" shoal_gl_requests), pass 2 (echo 1) $(dv "$work/c2a" "$work/c2b" shoal_gl_requests), pass 3 (echo 3) $(dv "$work/c3a" "$work/c3b" shoal_gl_requests); device bytes read by pass 2 $(dv "$work/c2a" "$work/c2b" loop_rd_bytes); read MiB/s ${rate[1]} / ${rate[2]} / ${rate[3]}"
+}
+
+wl_pingpong_describe() {
+	meta workload "pingpong - two nodes (node a and node b: two shoal-mount processes on one loop device, one shoal-lockd) append to one file strictly in turn: append i goes through node a for even i, node b for odd i, and is open(O_WRONLY|O_APPEND) + one 4 KiB write + fsync + close; $pp_appends appends timed as a whole (bench/pingpong.c); then the file is read back through each node and must hold exactly the $pp_appends blocks in order"
+	meta "variants" "shoal-cl = the default adaptive minimum glock hold time (hold=100 ms max); shoal-cl-hold0 = the same with hold=0; ext4 = reference, not a target: one process appending to one ext4 file with the same loop (a new fd for every append, alternately as 'a' and as 'b')"
+	meta "counters" "shoal stat of both nodes over the loop, summed (demotions also per node); loop device of the image"
+}
+
+# sum2 A B A2 B2 NAME: delta of NAME on node a (A..B) plus node b (A2..B2).
+sum2() {
+	local x y
+	x=$(delta "$1" "$2" "$5")
+	y=$(delta "$3" "$4" "$5")
+	[ -n "$x" ] && [ -n "$y" ] && echo $((x + y))
+}
+
+wl_pingpong() {
+	local fs=$1 r=$2 o=$work/pp.out a b n=$pp_appends
+	if [ "$fs" = ext4 ]; then
+		a=${mnt[ext4]}/pp.dat
+		b=$a
+	else
+		a=$pp_mnt_a/pp.dat
+		b=$pp_mnt_b/pp.dat
+	fi
+	sample "$fs" "$work/base" "$pp_mnt_a"
+	sample "$fs" "$work/base_b" "$pp_mnt_b"
+	runprog "$fs" "$r" "$o" "$bin/pingpong" run "$a" "$b" "$n" || return 1
+	sample "$fs" "$work/after" "$pp_mnt_a"
+	sample "$fs" "$work/after_b" "$pp_mnt_b"
+	runprog "$fs" "$r" "$work/ppv.out" "$bin/pingpong" verify "$a" "$n" || return 1
+	if [ "$b" != "$a" ]; then
+		runprog "$fs" "$r" "$work/ppv.out" "$bin/pingpong" verify "$b" "$n" || return 1
+	fi
+	local m v
+	for m in ops_s seconds lat_avg_us lat_p50_us lat_p99_us lat_max_us lat_a_p50_us lat_b_p50_us; do
+		emit "$fs" "$r" "$m" "$(field "$o" "$m")"
+	done
+	emit_delta "$fs" "$r" flushes_per_append "$work/base" "$work/after" loop_flushes "$n"
+	emit_delta "$fs" "$r" wr_bytes_per_append "$work/base" "$work/after" loop_wr_bytes "$n"
+	local gl="; verified" s
+	if [ "$fs" != ext4 ]; then
+		for m in gl_demotions gl_callbacks gl_requests gl_restarts gl_rtt_us dev_flushes commits; do
+			v=$(sum2 "$work/base" "$work/after" "$work/base_b" "$work/after_b" "shoal_$m")
+			[ -n "$v" ] || continue
+			emit "$fs" "$r" "shoal_$m" "$v"
+			emit "$fs" "$r" "shoal_${m}_per_append" "$(awk -v a="$v" -v b="$n" 'BEGIN { printf "%.4f", a / b }')"
+		done
+		emit_delta "$fs" "$r" shoal_a_gl_demotions "$work/base" "$work/after" shoal_gl_demotions
+		emit_delta "$fs" "$r" shoal_b_gl_demotions "$work/base_b" "$work/after_b" shoal_gl_demotions
+		s=$(sum2 "$work/base" "$work/after" "$work/base_b" "$work/after_b" shoal_gl_demotions)
+		gl="; demotions $s (a $(dv "$work/base" "$work/after" shoal_gl_demotions), b $(dv "$work/base_b" "$work/after_b" shoal_gl_demotions)), callbacks $(sum2 "$work/base" "$work/after" "$work/base_b" "$work/after_b" shoal_gl_callbacks), lock requests $(sum2 "$work/base" "$work/after" "$work/base_b" "$work/after_b" shoal_gl_requests); verified through both nodes"
+	fi
+	say "  round $r $fs: $n appends in $(field "$o" seconds)s = $(field "$o" ops_s)/s, latency p50 $(field "$o" lat_p50_us)us p99 $(field "$o" lat_p99_us)us$gl"
 }
 
 # --- driver --------------------------------------------------------------------------
 
 # run_one WORKLOAD FS ROUND: make, run, unmount, count, destroy.
 run_one() {
-	local w=$1 fs=$2 r=$3 ok=0
+	local w=$1 fs=$2 r=$3 ok=0 m
 	fail_note=
 	if ! fs_make "$fs"; then
 		fail "$fs" "$r" "setup failed: $fail_note"
@@ -473,17 +724,21 @@ run_one() {
 	fi
 	[ "$r" != 1 ] || fs_describe "$fs"
 	"wl_$w" "$fs" "$r" || ok=1
-	if [ "$ok" = 0 ] && [ "$fs" = shoal ]; then
-		shoal_health "$r" || ok=1
+	if [ "$ok" = 0 ] && [ "$fs" != ext4 ]; then
+		shoal_health "$fs" "$r" || ok=1
 	fi
 	if [ "$ok" = 0 ]; then
 		# Everything the workload caused, written back by the unmount.
 		local out=$work/umount.out
-		if [ "$fs" = shoal ]; then
-			timeout 300 "$bin/shoal" umount "${mnt[shoal]}" >"$out" 2>&1 || {
-				fail shoal "$r" "shoal umount: $(tail -n 5 "$out")$(shoal_log_tail)"
-				ok=1
-			}
+		if [ "$fs" != ext4 ]; then
+			# Node b first; a cluster's shoal-lockd stays up until after.
+			for m in $(printf '%s\n' "${!daemon_pid[@]}" | sort -r); do
+				timeout 300 "$bin/shoal" umount "$m" >"$out" 2>&1 || {
+					fail "$fs" "$r" "shoal umount $m: $(tail -n 5 "$out")$(shoal_log_tail "$m")"
+					ok=1
+					break
+				}
+			done
 		else
 			umount "${mnt[ext4]}" >"$out" 2>&1 || {
 				fail ext4 "$r" "umount: $(tail -n 5 "$out")"
@@ -493,15 +748,14 @@ run_one() {
 		if [ "$ok" = 0 ]; then
 			sync
 			sample "$fs" "$work/unmounted"
-			if [ "$w" = fstest ]; then
-				emit_delta "$fs" "$r" umount_dev_per_app "$work/base" "$work/unmounted" loop_wr_bytes $((fst_iters * 1024))
-			else
-				emit_delta "$fs" "$r" umount_wr_bytes "$work/base" "$work/unmounted" loop_wr_bytes
-			fi
-			if [ "$fs" = shoal ] && [ -x "$bin/fsck.shoal" ]; then
+			case $w in
+			fstest) emit_delta "$fs" "$r" umount_dev_per_app "$work/base" "$work/unmounted" loop_wr_bytes $((fst_iters * 1024)) ;;
+			meta | seq) emit_delta "$fs" "$r" umount_wr_bytes "$work/base" "$work/unmounted" loop_wr_bytes ;;
+			esac
+			if [ "$fs" != ext4 ] && [ -x "$bin/fsck.shoal" ]; then
 				local frc=0
-				timeout 300 "$bin/fsck.shoal" -n "${dev[shoal]}" >"$out" 2>&1 || frc=$?
-				say "  round $r shoal: fsck.shoal -n after unmount: exit $frc$([ "$frc" = 0 ] || echo " ($(tail -n 3 "$out" | tr '\n' ' '))")"
+				timeout 300 "$bin/fsck.shoal" -n "${dev[$fs]}" >"$out" 2>&1 || frc=$?
+				say "  round $r $fs: fsck.shoal -n after unmount: exit $frc$([ "$frc" = 0 ] || echo " ($(tail -n 3 "$out" | tr '\n' ' '))")"
 			fi
 		fi
 	fi
@@ -510,14 +764,36 @@ run_one() {
 }
 
 run_workload() {
-	local w=$1 r fs
+	local w=$1 r fs i
+	local -a fses=()
+	cur_w=$w
+	case $w in
+	cache)
+		for fs in "${sel_fses[@]}"; do [ "$fs" = ext4 ] || fses+=("$fs"); done
+		;;
+	pingpong)
+		for fs in "${sel_fses[@]}"; do
+			case $fs in
+			ext4) fses+=(ext4) ;;
+			shoal-cl) fses+=(shoal-cl shoal-cl-hold0) ;;
+			esac
+		done
+		;;
+	*) fses=("${sel_fses[@]}") ;;
+	esac
+	if [ ${#fses[@]} = 0 ]; then
+		echo "== $w: skipped, none of its variants is selected (--fs $fs_list) =="
+		echo
+		return 0
+	fi
 	cur_raw=$work/$w.raw
 	cur_out=$results/$stamp-$w.txt
 	: >"$cur_raw"
 	: >"$cur_out"
 	printf 'rounds\t%s\n' "$rounds" >>"$cur_raw"
+	printf 'fses\t%s\n' "${fses[*]}" >>"$cur_raw"
 	"wl_${w}_describe"
-	meta "rounds" "$rounds ($([ "$quick" = 1 ] && echo "quick sizes" || echo "full sizes")); one filesystem at a time, ext4 first in odd rounds, shoal first in even rounds; each round formats and mounts afresh"
+	meta "rounds" "$rounds ($([ "$quick" = 1 ] && echo "quick sizes" || echo "full sizes")); variants ${fses[*]}, one at a time, their order rotating by one per round; each round formats and mounts afresh"
 	meta "images" "$dir on $(findmnt -no SOURCE,FSTYPE -T "$dir" | head -n1 | tr -s ' ')"
 	meta "host" "$(uname -r), $(nproc) CPUs, $(awk '/MemTotal/ { printf "%.1f GiB", $2 / 1048576 }' /proc/meminfo) RAM; load average at start $(cut -d' ' -f1-3 /proc/loadavg)"
 	meta "shoal" "$shoal_rev"
@@ -529,9 +805,8 @@ run_workload() {
 	fi
 	say "== $w ($stamp, $rounds rounds$([ "$quick" = 1 ] && echo ", quick sizes")) =="
 	for r in $(seq "$rounds"); do
-		local order=(ext4 shoal)
-		[ $((r % 2)) = 1 ] || order=(shoal ext4)
-		for fs in "${order[@]}"; do
+		for i in $(seq 0 $((${#fses[@]} - 1))); do
+			fs=${fses[$(((r - 1 + i) % ${#fses[@]}))]}
 			run_one "$w" "$fs" "$r" || true
 		done
 	done
