@@ -260,6 +260,8 @@ int gl_acquire(struct shoal_fs *fs, uint32_t type, uint64_t number, int state, i
 	struct glock *gl;
 	int err = 0;
 
+	if (__atomic_load_n(&fs->fs_dev->d_fenced, __ATOMIC_RELAXED))
+		return -EIO;
 	pthread_mutex_lock(&gt->gt_mutex);
 	gl = gl_find(gt, type, number, 1);
 	if (!gl) {
@@ -299,9 +301,17 @@ int gl_acquire(struct shoal_fs *fs, uint32_t type, uint64_t number, int state, i
 				if (gl->gl_state == GL_UN)
 					continue;
 				gl->gl_gen = gen_next(gt);
+				gl->gl_flags |= GLF_INFLIGHT;
+				gl->gl_want = GL_UN;
+				pthread_mutex_unlock(&gt->gt_mutex);
 				gt->gt_lm->lm_unlock(fs, gl);
+				pthread_mutex_lock(&gt->gt_mutex);
+				gl->gl_flags &= ~GLF_INFLIGHT;
 				gl->gl_state = GL_UN;
 				gl->gl_demotions++;
+				if (gl->gl_flags & GLF_QUEUED)
+					pthread_cond_signal(&gt->gt_wcond);
+				pthread_cond_broadcast(&gt->gt_cond);
 				if (gl->gl_type == GL_INODE && fs->fs_opts.mo_inval) {
 					pthread_mutex_unlock(&gt->gt_mutex);
 					fs->fs_opts.mo_inval(fs->fs_opts.mo_inval_arg, gl->gl_number);
@@ -349,9 +359,18 @@ void gl_release(struct shoal_fs *fs, struct glock *gl)
 	pthread_mutex_lock(&gt->gt_mutex);
 	if (!gl->gl_holders && !(gl->gl_flags & (GLF_INFLIGHT | GLF_DEMOTING)) &&
 	    gl->gl_state != GL_UN) {
+		/* no socket write under gt_mutex: the lock module's receiver
+		 * thread takes it for callbacks */
+		gl->gl_flags |= GLF_INFLIGHT;
+		gl->gl_want = GL_UN;
+		pthread_mutex_unlock(&gt->gt_mutex);
 		gt->gt_lm->lm_unlock(fs, gl);
+		pthread_mutex_lock(&gt->gt_mutex);
+		gl->gl_flags &= ~GLF_INFLIGHT;
 		gl->gl_state = GL_UN;
 		gl->gl_released_ns = gl_now_ns();
+		if (gl->gl_flags & GLF_QUEUED)
+			pthread_cond_signal(&gt->gt_wcond);
 		pthread_cond_broadcast(&gt->gt_cond);
 	}
 	pthread_mutex_unlock(&gt->gt_mutex);
@@ -396,6 +415,8 @@ int gl_hold(struct shoal_fs *fs, uint32_t type, uint64_t number, int state)
 	int inop = op->depth > 0 && op->fs == fs;
 	struct glock *gl;
 
+	if (__atomic_load_n(&fs->fs_dev->d_fenced, __ATOMIC_RELAXED))
+		return -EIO; /* fenced: no lock this node holds is valid any more */
 	if (inop && op_holds(op, type, number, state))
 		return 0;
 	pthread_mutex_lock(&gt->gt_mutex);

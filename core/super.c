@@ -137,12 +137,14 @@ static int cluster_join(struct shoal_fs *fs)
 	struct glock *gl;
 	int err = gl_start(fs);
 
+	/* lockd gave this journal to no other live node; another node that
+	 * mounts right now may hold its lock for a moment to look at it */
 	if (!err)
-		err = gl_acquire(fs, GL_JOURNAL, fs->fs_jid, GL_EX, GL_TRY, &fs->fs_jgl);
+		err = gl_acquire(fs, GL_JOURNAL, fs->fs_jid, GL_EX, 0, &fs->fs_jgl);
 	if (err) {
-		snprintf(fs->fs_err, sizeof(fs->fs_err), "journal %u is in use by another node",
-			 fs->fs_jid);
-		return err == -EAGAIN ? -EBUSY : err;
+		snprintf(fs->fs_err, sizeof(fs->fs_err), "cannot lock journal %u: %s",
+			 fs->fs_jid, strerror(-err));
+		return err;
 	}
 	fs->fs_jgl->gl_flags |= GLF_STICKY;
 	err = gl_acquire(fs, GL_NONDISK, GL_NONDISK_MOUNT, GL_EX, 0, &gl);

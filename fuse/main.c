@@ -93,6 +93,9 @@ static void usage(FILE *out)
 		"  lock=shoal://HOST:PORT, lock=shoal:unix:PATH\n"
 		"                         a cluster: the shoal-lockd at that address\n"
 		"  secret=FILE            the cluster's shared secret (lockd --secret-file)\n"
+		"  entry_timeout=SECONDS  how long the kernel may cache names (default: 0\n"
+		"                         in a cluster, every path walk asks shoal; 86400\n"
+		"                         with lock=nolock)\n"
 		"  hold=MS                longest adaptive minimum glock hold against\n"
 		"                         ping-pong between nodes (default 100; 0: none)\n"
 		"  node=NAME              this node's name (default: the host name)\n"
@@ -177,6 +180,7 @@ static int is_passthrough(const char *opt)
 static char *abs_path(const char *path, int dir);
 static pthread_mutex_t inval_lock = PTHREAD_MUTEX_INITIALIZER; /* sm_se's lifetime */
 static char lock_spec[1024];   /* lock= of a cluster mount */
+double smount_entry_timeout = -1; /* -1: the default for the lock module */
 static char secret_path[4096]; /* secret= */
 
 static void parse_one(struct smount *sm, struct mount_args *ma, const char *opt)
@@ -203,6 +207,10 @@ static void parse_one(struct smount *sm, struct mount_args *ma, const char *opt)
 		snprintf(secret_path, sizeof(secret_path), "%s", p ? p : val);
 		free(p);
 		o->mo_secret = secret_path;
+	} else if (!strncmp(opt, "entry_timeout=", 14)) {
+		if (parse_size(val, 0, &n) < 0 || n > 86400)
+			die_usage("%s: want seconds, 0 to 86400", opt);
+		smount_entry_timeout = (double)n;
 	} else if (!strncmp(opt, "hold=", 5)) {
 		if (parse_size(val, 0, &n) < 0 || n > 10000)
 			die_usage("%s: want milliseconds, 0 to 10000", opt);
@@ -729,9 +737,12 @@ int main(int argc, char **argv)
 	 */
 	if (lock_device(&sm, dev) < 0)
 		goto out_dev;
+	if (smount_entry_timeout < 0)
+		smount_entry_timeout = strcmp(sm.sm_opts.mo_lock, "nolock") ? 0 : SMOUNT_TIMEOUT;
 	if (strcmp(sm.sm_opts.mo_lock, "nolock")) {
 		/* a cluster: the kernel's caches go when another node takes a glock */
-		names_enable();
+		if (smount_entry_timeout > 0)
+			names_enable(); /* cached names must be invalidated too */
 		inval_start(&sm);
 		sm.sm_opts.mo_inval = smount_inval;
 		sm.sm_opts.mo_inval_arg = &sm;

@@ -18,11 +18,13 @@
  *      once, so the kernel's lookup counts and libshoal's never drift;
  *  (5) no op calls back into libshoal from inside a libshoal callback
  *      (readdirplus collects the names first and looks them up afterwards);
- *  (6) the kernel caches attributes and entries, positive and negative, for
- *      SMOUNT_TIMEOUT, and file pages across opens (keep_cache).  That is
- *      only correct because everything that changes the filesystem passes
- *      through this kernel mount — later, because glock callbacks invalidate
- *      these caches (from a thread that is not serving a request).
+ *  (6) the kernel caches attributes for SMOUNT_TIMEOUT, entries (positive
+ *      and negative) for smount_entry_timeout, and file pages across opens
+ *      (keep_cache).  With one node that is correct because everything that
+ *      changes the filesystem passes through this kernel mount; in a
+ *      cluster, because glock demotion invalidates attributes, pages and
+ *      (with entry_timeout > 0) the names the kernel got (main.c), and
+ *      because names are by default not cached at all (entry_timeout=0).
  */
 #include "names.h"
 #include "smount.h"
@@ -103,7 +105,7 @@ static int fill_entry(struct shoal_fs *fs, const struct stat *st, struct fuse_en
 	e->generation = shoal_generation(fs, (uint64_t)st->st_ino);
 	e->attr = *st;
 	e->attr_timeout = SMOUNT_TIMEOUT;
-	e->entry_timeout = SMOUNT_TIMEOUT;
+	e->entry_timeout = smount_entry_timeout;
 	return 0;
 }
 
@@ -193,7 +195,7 @@ static void op_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
 	if (ret == -ENOENT) {
 		/* A negative entry: the kernel remembers the name is free. */
 		memset(&e, 0, sizeof(e));
-		e.entry_timeout = SMOUNT_TIMEOUT;
+		e.entry_timeout = smount_entry_timeout;
 		fuse_reply_entry(req, &e);
 		return;
 	}

@@ -14,6 +14,10 @@
 
 /* How long the kernel may trust attributes and entries (seconds). */
 #define SMOUNT_TIMEOUT 86400.0
+/* How long it may trust names (dentries, positive and negative): with a
+ * cluster lock module 0 by default (every path walk asks this node, which
+ * answers from its glock cache), else SMOUNT_TIMEOUT; option entry_timeout=. */
+extern double smount_entry_timeout;
 /* Largest write (and read) request: the kernel then uses 256-page requests. */
 #define SMOUNT_MAX_WRITE (1u << 20)
 /* Writes at least this big are spliced to the device, not copied. */
