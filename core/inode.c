@@ -16,6 +16,7 @@
  *  (3) a dinode read from disk passes inode_check before it is used.
  */
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -121,8 +122,11 @@ int inode_get(struct shoal_fs *fs, uint64_t ino, struct shoal_inode **out)
 	struct glock *gl = NULL;
 
 	if (ip) {
-		if (ip->i_freed)
+		if (ip->i_freed) {
+			if (getenv("SHOAL_DEBUG_ESTALE"))
+				fprintf(stderr, "shoal: ESTALE freed ino %llu\n", (unsigned long long)ip->i_ino);
 			return -ESTALE;
+		}
 		if (fs->fs_cluster) {
 			err = inode_refresh(fs, ip);
 			if (err)
@@ -132,8 +136,11 @@ int inode_get(struct shoal_fs *fs, uint64_t ino, struct shoal_inode **out)
 		*out = ip;
 		return 0;
 	}
-	if (ino < fs->fs_sb.sb_rgfirst || ino >= fs->fs_sb.sb_blocks - 1)
+	if (ino < fs->fs_sb.sb_rgfirst || ino >= fs->fs_sb.sb_blocks - 1) {
+		if (getenv("SHOAL_DEBUG_ESTALE"))
+			fprintf(stderr, "shoal: ESTALE range ino %llu\n", (unsigned long long)ino);
 		return -ESTALE;
+	}
 	gl = gl_get(fs, GL_INODE, ino);
 	if (!gl)
 		return -ENOMEM;

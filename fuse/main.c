@@ -741,8 +741,10 @@ int main(int argc, char **argv)
 		smount_entry_timeout = strcmp(sm.sm_opts.mo_lock, "nolock") ? 0 : SMOUNT_TIMEOUT;
 	if (strcmp(sm.sm_opts.mo_lock, "nolock")) {
 		/* a cluster: the kernel's caches go when another node takes a glock */
-		if (smount_entry_timeout > 0)
-			names_enable(); /* cached names must be invalidated too */
+		/* the kernel keeps the names it got even with entry_timeout=0
+		 * (revalidated on use); a directory renamed elsewhere must not
+		 * stay in them under its old name (d_splice_alias: ESTALE) */
+		names_enable();
 		inval_start(&sm);
 		sm.sm_opts.mo_inval = smount_inval;
 		sm.sm_opts.mo_inval_arg = &sm;
