@@ -122,11 +122,8 @@ int inode_get(struct shoal_fs *fs, uint64_t ino, struct shoal_inode **out)
 	struct glock *gl = NULL;
 
 	if (ip) {
-		if (ip->i_freed) {
-			if (getenv("SHOAL_DEBUG_ESTALE"))
-				fprintf(stderr, "shoal: ESTALE freed ino %llu\n", (unsigned long long)ip->i_ino);
+		if (ip->i_freed)
 			return -ESTALE;
-		}
 		if (fs->fs_cluster) {
 			err = inode_refresh(fs, ip);
 			if (err)
@@ -136,11 +133,8 @@ int inode_get(struct shoal_fs *fs, uint64_t ino, struct shoal_inode **out)
 		*out = ip;
 		return 0;
 	}
-	if (ino < fs->fs_sb.sb_rgfirst || ino >= fs->fs_sb.sb_blocks - 1) {
-		if (getenv("SHOAL_DEBUG_ESTALE"))
-			fprintf(stderr, "shoal: ESTALE range ino %llu\n", (unsigned long long)ino);
+	if (ino < fs->fs_sb.sb_rgfirst || ino >= fs->fs_sb.sb_blocks - 1)
 		return -ESTALE;
-	}
 	gl = gl_get(fs, GL_INODE, ino);
 	if (!gl)
 		return -ENOMEM;
