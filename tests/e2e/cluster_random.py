@@ -82,7 +82,7 @@ import time
 L = 16
 MAXSLOTS = 40          # files stay below one 4 KiB page
 NDIRS, NNAMES, NSUB = 3, 8, 2
-HANG_S = 30.0          # one operation longer than this: a hang
+HANG_S = float(os.environ.get("CLUSTER_RANDOM_HANG_S", "30"))  # one operation longer: a hang
 DRAIN_S = 45.0         # workers still running this long after the end: a hang
 TAG_RE = re.compile(rb"([CAO])(\d\d)\.(\d{8})___\n")
 XNAME = "user.t"
@@ -186,11 +186,17 @@ class Worker:
         kind = "replace" if replace else "create"
         tag = self.tag("C")
         tmp = self.p("%s/c%08d" % (self.tmp, self.seq))
-        fd = os.open(tmp, os.O_CREAT | os.O_EXCL | os.O_WRONLY, INITIAL_MODE)
-        os.write(fd, tag.encode())
-        os.close(fd)
         P = self.path()
         rec = {"op": kind, "p": P, "tag": tag}
+        try:
+            fd = os.open(tmp, os.O_CREAT | os.O_EXCL | os.O_WRONLY, INITIAL_MODE)
+            os.write(fd, tag.encode())
+            os.close(fd)
+        except OSError as e:  # the worker's own directory: any error is a failure
+            rec["t0"] = rec["t1"] = now()
+            rec["res"] = ename(e)
+            rec["tmp_err"] = "creating %s: %s" % (tmp, ename(e))
+            return rec
         rec["t0"] = now()
         try:
             if replace:
@@ -202,7 +208,10 @@ class Worker:
             rec["res"] = ename(e)
         rec["t1"] = now()
         if not (replace and rec["res"] == "OK"):
-            os.unlink(tmp)
+            try:
+                os.unlink(tmp)
+            except OSError as e:
+                rec["tmp_err"] = "unlinking %s: %s" % (tmp, ename(e))
         return rec
 
     def op_fd(self, kind):
@@ -338,10 +347,12 @@ def worker_main(wid, node, mnt, seed, logdir, cur, deadline):
     os.umask(0)
     try:
         Worker(wid, node, mnt, seed, logdir, cur).run(deadline)
-    except BaseException as e:  # a failure of the worker's own files (tmp/)
+    except BaseException as e:  # not an operation's result: a bug of this program
         with open(os.path.join(logdir, "w%02d.crash" % wid), "w") as f:
             f.write("%s: %r\n" % (type(e).__name__, e))
-        raise
+        sys.stderr.write("worker %d crashed: %s: %r\n" % (wid, type(e).__name__, e))
+        sys.stderr.flush()
+        os._exit(1)
 
 
 def cmd_run(a):
@@ -434,11 +445,16 @@ def cmd_final(a):
     for node, mnt in zip(nodes, a.mnts):
         with open(os.path.join(a.log, "final-%s.jsonl" % node), "w") as log:
             t0 = now()
-            tree = walk(mnt)
+            try:
+                tree = walk(mnt)
+                tops = [sorted(os.listdir(os.path.join(mnt, "d%d" % d))) for d in range(NDIRS)]
+            except OSError as e:
+                problems.append("node %s: walking the tree failed: %s" % (node, e))
+                continue
             # what each top directory holds, and every file, as reads
             for d in range(NDIRS):
                 rec = {"op": "listdir", "p": "d%d" % d, "t0": t0, "w": -1, "node": node, "res": "OK",
-                       "names": sorted(os.listdir(os.path.join(mnt, "d%d" % d)))}
+                       "names": tops[d]}
                 rec["t1"] = now()
                 log.write(json.dumps(rec) + "\n")
             for rel, e in tree.items():
@@ -467,8 +483,13 @@ def cmd_final(a):
         tmp_left = [r for r in tree if r.startswith("tmp/") and r.count("/") > 1]
         if tmp_left:
             problems.append("node %s: tmp files left: %s" % (node, tmp_left[:5]))
-    ref = nodes[0]
-    for node in nodes[1:]:
+    have = [n for n in nodes if n in trees]
+    if not have:
+        for p in problems:
+            print("FINAL: " + p)
+        return 1
+    ref = have[0]
+    for node in have[1:]:
         a_t, b_t = trees[ref], trees[node]
         for rel in sorted(set(a_t) | set(b_t)):
             if rel not in b_t:
@@ -480,7 +501,7 @@ def cmd_final(a):
                         if a_t[rel].get(k) != b_t[rel].get(k)}
                 problems.append("%s differs between %s and %s: %s" % (rel, ref, node, str(diff)[:300]))
     nfiles = sum(1 for e in trees[ref].values() if "data" in e)
-    print("# final tree: %d entries, %d files, on %s" % (len(trees[ref]), nfiles, " ".join(nodes)))
+    print("# final tree: %d entries, %d files, on %s" % (len(trees[ref]), nfiles, " ".join(have)))
     with open(os.path.join(a.log, "final-tree.json"), "w") as f:
         json.dump(trees[ref], f, indent=0, sort_keys=True)
     for p in problems[:30]:
@@ -626,6 +647,8 @@ def cmd_check(a):
     for r in recs:
         ck.bump("ops")
         ck.bump("op %s %s" % (r["op"], r["res"]))
+        if r.get("tmp_err"):
+            ck.err("the worker's own tmp file: %s" % r["tmp_err"], r)
         if r["res"] == "ESTALE" and os.environ.get("SHOAL_KNOWN_BUG_ESTALE", "1") == "1":
             # Known bug (open): the kernel answers ESTALE when a lookup finds
             # a directory it still has under a name another node renamed it

@@ -196,19 +196,36 @@ c_diag() {
 		timeout 10 "$T_SHOAL" glocks "$mnt" 2>&1 | grep -vE ' t:-- .* h:0 ' | head -40 | sed 's/^/#   /'
 		pid=${t_pids[$mnt]:-}
 		[ -n "$pid" ] || continue
-		echo "# --- kernel stacks of node $node's daemon (pid $pid), threads not sleeping in FUSE reads"
+		echo "# --- kernel stacks of node $node's daemon (pid $pid): threads in D state or in FUSE (not reading requests)"
 		for t in /proc/"$pid"/task/*; do
 			grep -q fuse_dev_do_read "$t/stack" 2>/dev/null && continue
+			[ "$(awk '{ print $3 }' "$t/stat" 2>/dev/null)" = D ] || grep -q fuse "$t/stack" 2>/dev/null || continue
 			echo "#   thread ${t##*/} ($(awk '{ print $3 }' "$t/stat" 2>/dev/null)):" \
 				"$(head -4 "$t/stack" 2>/dev/null | sed 's/^\[<0>\] //; s/+0x.*//' | tr '\n' ' ')"
 		done
 		if command -v gdb >/dev/null; then
-			echo "# --- threads of node $node (gdb)"
-			timeout 20 gdb -p "$pid" -batch -ex 'thread apply all bt 12' 2>/dev/null |
-				grep -E '^(Thread|#)' | grep -vE 'fuse_session_receive_buf|read \(|__GI___libc_read|clone' |
-				head -200 | sed 's/^/#   /'
+			echo "# --- threads of node $node (gdb: innermost frame, then shoal's own frames)"
+			timeout 20 gdb -p "$pid" -batch -ex 'thread apply all bt 30' 2>/dev/null | c_bt_compact |
+				grep -v 'fuse_session_loop\|fuse_session_receive_buf' | head -60 | sed 's/^/#   /'
 		fi
 	done
+}
+
+# gdb's "thread apply all bt" -> one line per thread: LWP, the innermost
+# function, then the frames in shoal's sources (absolute paths) outwards.
+c_bt_compact() {
+	awk '
+	function flush() { if (t != "") print t; t = "" }
+	/^Thread / { flush(); match($0, /LWP [0-9]+/); t = substr($0, RSTART + 4, RLENGTH - 4) ":"; n = 0; next }
+	/^#[0-9]/ {
+		fn = ($3 == "in") ? $4 : $2
+		if (n == 0 || ($0 ~ / at \/[^ ]*:[0-9]+$/ && $0 !~ / at \/usr\//)) {
+			loc = $0; sub(/.* at /, "", loc); sub(/.*\//, "", loc)
+			t = t (n == 0 ? " " : " < ") fn ((n == 0 && $0 !~ / at \/[^ ]*:[0-9]+$/) ? "" : "@" loc)
+		}
+		n++
+	}
+	END { flush() }'
 }
 
 c_abort() {

@@ -539,19 +539,23 @@ print(h.hexdigest(), st.st_nlink, st.st_size, flush=True)
 sys.stdin.readline()
 os.close(fd)
 print("closed", flush=True)' "$B/space"; }
-read -r line <&"${HOLD[0]}"
+# (bash forgets HOLD and HOLD_PID once the coprocess exits: keep copies)
+hold_pid=$HOLD_PID
+exec {hold_out}<&"${HOLD[0]}" {hold_in}>&"${HOLD[1]}"
+read -r line <&"$hold_out"
 rm "$A/space"
 check_eq "unlink on A of the file B holds open: the name is gone on B" ENOENT "$(t_try 'os.lstat(a[0])' "$B/space")"
 check_eq "... and on C" ENOENT "$(t_try 'os.lstat(a[0])' "$C/space")"
-echo >&"${HOLD[1]}"
-read -r line <&"${HOLD[0]}"
+echo >&"$hold_in"
+read -r line <&"$hold_out"
 check_eq "B still reads all the data through its fd (sha256, nlink 0, size)" "$sum 0 $((64 << 20))" "$line"
 r=$(statfs_agree $STATFS_WAIT "$A" "$B" "$C")
 check "while B holds it open, a, b and c agree the space is still in use ($r; free before the file $free0)" \
 	test "${r%% *}" != TIMEOUT -a $((free0 - ${r##* })) -ge $(((60 << 20) / bsize))
-echo >&"${HOLD[1]}"
-read -r line <&"${HOLD[0]}"
-wait "$HOLD_PID" || true
+echo >&"$hold_in"
+read -r line <&"$hold_out"
+wait "$hold_pid" || true
+exec {hold_out}<&- {hold_in}>&-
 r=$("$T_PY" -c '
 import os, sys, time
 want, maxs = int(sys.argv[1]), float(sys.argv[2])

@@ -29,6 +29,18 @@ c_setup 3 1G
 mnts=("$(c_mnt a)" "$(c_mnt b)" "$(c_mnt c)")
 echo "# seed $CLUSTER_RANDOM_SEED (rerun: CLUSTER_RANDOM_SEED=$CLUSTER_RANDOM_SEED bash $0)"
 
+# worker_stacks: where the workers of a hung run are in the kernel.
+worker_stacks() {
+	local p
+	[ -s "$log/pids" ] || return 0
+	echo "# --- kernel stacks of the workers (w0 a, w1 b, w2 c, w3 a, ...)"
+	for p in $(cat "$log/pids"); do
+		[ -d "/proc/$p" ] || continue
+		echo "#   $p ($(awk '{ print $3 }' "/proc/$p/stat")): $(head -6 "/proc/$p/stack" 2>/dev/null |
+			sed 's/^\[<0>\] //; s/+0x.*//' | tr '\n' ' ')"
+	done
+}
+
 # kill_workers: the workers of a hung run, by the pids it wrote.
 kill_workers() {
 	local p
@@ -44,6 +56,7 @@ timeout -k 10 $((CLUSTER_RANDOM_SECONDS + 100)) "$T_PY" "$prog" run --log "$log"
 	--per-node "$CLUSTER_RANDOM_PER_NODE" "${mnts[@]}" || rc=$?
 if [ $rc -eq 3 ] || [ $rc -eq 124 ] || [ $rc -eq 137 ]; then
 	not_ok "random operations on a, b, c: a worker hung (exit $rc)"
+	worker_stacks
 	c_diag
 	for node in a b c; do c_abort "$node"; done
 	kill_workers
