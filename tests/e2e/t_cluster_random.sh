@@ -97,8 +97,10 @@ if [ -s "$log/stats.json" ]; then
 	n_ops=$(stat_of ops)
 	n_must=$(stat_of "tags that must be there")
 	n_names=$(stat_of "name observations checked")
-	check "at least 2000 operations ($n_ops), 500 tags that had to be read ($n_must), 2000 name observations ($n_names) checked" \
-		test "$n_ops" -ge 2000 -a "$n_must" -ge 500 -a "$n_names" -ge 2000
+	# (about 10000, 800, 10000 in 40 s on 2 cores; a sanitizer build or a
+	# loaded machine does less)
+	check "at least 1000 operations ($n_ops), 150 tags that had to be read ($n_must), 1000 name observations ($n_names) checked" \
+		test "$n_ops" -ge 1000 -a "$n_must" -ge 150 -a "$n_names" -ge 1000
 fi
 
 check_eq "no node fenced itself or failed (logs)" "" \
