@@ -69,7 +69,6 @@ ENOTCONN...) is a failure.
 import argparse
 import ctypes
 import errno
-import hashlib
 import json
 import multiprocessing as mp
 import os
@@ -642,7 +641,6 @@ def cmd_check(a):
                             ck.err("%s: unreadable log line %r" % (fn, line[:100]))
     for i, r in enumerate(recs):
         r["id"] = i
-    final_t0 = min([r["t0"] for r in recs if r["w"] == -1] or [0])
     # 1. results: only errors a race allows
     for r in recs:
         ck.bump("ops")

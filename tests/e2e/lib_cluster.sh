@@ -22,16 +22,18 @@
 #                          timeout; returns the daemon's exit status
 #   c_umount_all           c_umount every mounted node
 #   c_fsck_check           (everything unmounted) fsck.shoal -n must be clean
-#   c_diag                 print glocks of every node and the daemons'
-#                          stacks (kernel stacks of every thread, gdb), for
-#                          a hang
+#   c_diag                 for a hang: every node's glocks with holders or
+#                          requests, its daemon's threads that are in D
+#                          state or in FUSE (kernel stacks) and every
+#                          thread's shoal frames (gdb, one line a thread)
 #   c_abort NODE           abort NODE's FUSE connection (fusectl): every
 #                          request waiting on it fails, a stuck daemon and
 #                          its callers can exit
 #   c_logs                 print the tail of every node's and lockd's log
 # At exit, even on failure, every node is unmounted (shoal umount, which
-# waits; a node that does not go within C_UMOUNT_TIMEOUT seconds is
-# unmounted lazily and its daemon killed by pid), then lockd is stopped.
+# waits; a node that does not go within C_UMOUNT_TIMEOUT seconds gets its
+# FUSE connection aborted, is unmounted lazily and its daemon killed by
+# pid), then lockd is stopped.
 #
 # The cluster tests have no ext4 counterpart: with E2E_FS=ext4 the test is
 # skipped (exit 0).
@@ -64,7 +66,8 @@ c_pid_done() {
 	return 0
 }
 
-# c_wait_pid PID SECONDS: wait for our child PID to exit; 1 if it does not.
+# c_wait_pid PID SECONDS: wait for our child PID to exit and return its
+# exit status; 124 if it is still there after SECONDS.
 c_wait_pid() {
 	local i
 	for ((i = 0; i < $2 * 10; i++)); do
@@ -206,7 +209,7 @@ c_diag() {
 		if command -v gdb >/dev/null; then
 			echo "# --- threads of node $node (gdb: innermost frame, then shoal's own frames)"
 			timeout 20 gdb -p "$pid" -batch -ex 'thread apply all bt 30' 2>/dev/null | c_bt_compact |
-				grep -v 'fuse_session_loop\|fuse_session_receive_buf' | head -60 | sed 's/^/#   /'
+				grep -vE 'fuse_session_loop|^[0-9]+: __GI___libc_read$' | head -60 | sed 's/^/#   /'
 		fi
 	done
 }

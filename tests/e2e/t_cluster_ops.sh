@@ -7,8 +7,10 @@
 # unlink, rename in a directory, across directories, over a target,
 # RENAME_EXCHANGE, link, symlink, mkdir, rmdir - seen by lookup, including a
 # name the reader had looked up before, positive or negative, and by
-# readdir), attributes (chmod, chown, utimens, truncate, xattrs), statfs
-# (agreeing within a few seconds), unlink of a file another node holds open
+# readdir, also while the reader's kernel is busy in that directory),
+# attributes (chmod, chown, utimens, truncate, xattrs), statfs (agreeing
+# within commit + 1 s, also after a node took back a resource group another
+# node allocated in), unlink of a file another node holds open
 # (data still readable, space back after close), concurrent allocation by
 # all nodes (fsck clean: no block owned twice), lock counters (callbacks on
 # the nodes that gave locks up; re-reading a cached file sends no lock
