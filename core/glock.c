@@ -253,6 +253,28 @@ static int lm_request(struct shoal_fs *fs, struct glock *gl, int state, int flag
 	return got;
 }
 
+/*
+ * gt_mutex held, no holders: give the lock back to the lock module now.  No
+ * socket write under gt_mutex (the lock module's receiver thread takes it
+ * for callbacks), so the request is marked in flight meanwhile.
+ */
+static void unlock_now(struct shoal_fs *fs, struct glock *gl)
+{
+	struct gl_table *gt = fs->fs_gl;
+
+	gl->gl_flags |= GLF_INFLIGHT;
+	gl->gl_want = GL_UN;
+	pthread_mutex_unlock(&gt->gt_mutex);
+	gt->gt_lm->lm_unlock(fs, gl);
+	pthread_mutex_lock(&gt->gt_mutex);
+	gl->gl_flags &= ~GLF_INFLIGHT;
+	gl->gl_state = GL_UN;
+	gl->gl_released_ns = gl_now_ns();
+	if (gl->gl_flags & GLF_QUEUED)
+		pthread_cond_signal(&gt->gt_wcond);
+	pthread_cond_broadcast(&gt->gt_cond);
+}
+
 int gl_acquire(struct shoal_fs *fs, uint32_t type, uint64_t number, int state, int flags,
 	       struct glock **out)
 {
@@ -301,17 +323,8 @@ int gl_acquire(struct shoal_fs *fs, uint32_t type, uint64_t number, int state, i
 				if (gl->gl_state == GL_UN)
 					continue;
 				gl->gl_gen = gen_next(gt);
-				gl->gl_flags |= GLF_INFLIGHT;
-				gl->gl_want = GL_UN;
-				pthread_mutex_unlock(&gt->gt_mutex);
-				gt->gt_lm->lm_unlock(fs, gl);
-				pthread_mutex_lock(&gt->gt_mutex);
-				gl->gl_flags &= ~GLF_INFLIGHT;
-				gl->gl_state = GL_UN;
+				unlock_now(fs, gl);
 				gl->gl_demotions++;
-				if (gl->gl_flags & GLF_QUEUED)
-					pthread_cond_signal(&gt->gt_wcond);
-				pthread_cond_broadcast(&gt->gt_cond);
 				if (gl->gl_type == GL_INODE && fs->fs_opts.mo_inval) {
 					pthread_mutex_unlock(&gt->gt_mutex);
 					fs->fs_opts.mo_inval(fs->fs_opts.mo_inval_arg, gl->gl_number);
@@ -358,21 +371,8 @@ void gl_release(struct shoal_fs *fs, struct glock *gl)
 	struct gl_table *gt = fs->fs_gl;
 	pthread_mutex_lock(&gt->gt_mutex);
 	if (!gl->gl_holders && !(gl->gl_flags & (GLF_INFLIGHT | GLF_DEMOTING)) &&
-	    gl->gl_state != GL_UN) {
-		/* no socket write under gt_mutex: the lock module's receiver
-		 * thread takes it for callbacks */
-		gl->gl_flags |= GLF_INFLIGHT;
-		gl->gl_want = GL_UN;
-		pthread_mutex_unlock(&gt->gt_mutex);
-		gt->gt_lm->lm_unlock(fs, gl);
-		pthread_mutex_lock(&gt->gt_mutex);
-		gl->gl_flags &= ~GLF_INFLIGHT;
-		gl->gl_state = GL_UN;
-		gl->gl_released_ns = gl_now_ns();
-		if (gl->gl_flags & GLF_QUEUED)
-			pthread_cond_signal(&gt->gt_wcond);
-		pthread_cond_broadcast(&gt->gt_cond);
-	}
+	    gl->gl_state != GL_UN)
+		unlock_now(fs, gl);
 	pthread_mutex_unlock(&gt->gt_mutex);
 }
 
