@@ -5,7 +5,7 @@ shoal_packages=(
 	gcc make cmake pkg-config
 	libfuse3-dev fuse3 libblkid-dev libcmocka-dev
 	e2fsprogs util-linux mount attr procps python3 psmisc
-	gdb iproute2 # t_cluster_fence cuts one node off lockd (gdb, ss)
+	gdb # lib_cluster.sh prints the threads of a hung node (c_diag)
 )
 
 shoal_install_deps() {
