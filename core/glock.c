@@ -22,6 +22,7 @@
  *  (6) an operation's holds are taken in (type, number) order whenever it
  *      may wait, so two nodes never wait for each other in a cycle.
  */
+#include <assert.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -254,13 +255,18 @@ static int lm_request(struct shoal_fs *fs, struct glock *gl, int state, int flag
 }
 
 /*
- * gt_mutex held, no holders: give the lock back to the lock module now.  No
+ * gt_mutex held, no holders, nothing to write back: give the lock back to the
+ * lock module now.  No
  * socket write under gt_mutex (the lock module's receiver thread takes it
  * for callbacks), so the request is marked in flight meanwhile.
  */
 static void unlock_now(struct shoal_fs *fs, struct glock *gl)
 {
 	struct gl_table *gt = fs->fs_gl;
+
+	/* nothing is written back here: an EX of a glock that caches changes
+	 * (inode, resource group) goes through demote_one (4) */
+	assert(gl->gl_state != GL_EX || !gl->gl_ops->go_sync);
 
 	gl->gl_flags |= GLF_INFLIGHT;
 	gl->gl_want = GL_UN;
@@ -320,7 +326,16 @@ int gl_acquire(struct shoal_fs *fs, uint32_t type, uint64_t number, int state, i
 			if (got == -EDEADLK) {
 				while (gl->gl_holders || (gl->gl_flags & (GLF_INFLIGHT | GLF_DEMOTING)))
 					pthread_cond_wait(&gt->gt_cond, &gt->gt_mutex);
-				if (gl->gl_state == GL_UN)
+				/*
+				 * Only the SH we lost the conversion with is given
+				 * back.  While we waited, the glock may have gone
+				 * to UN and come back EX for another thread of this
+				 * node, whose changes are not written back yet:
+				 * such a grant is simply used (or released by the
+				 * demote worker, which syncs first), never dropped
+				 * here (that lost directory entries between nodes).
+				 */
+				if (gl->gl_state != GL_SH)
 					continue;
 				gl->gl_gen = gen_next(gt);
 				unlock_now(fs, gl);

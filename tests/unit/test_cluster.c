@@ -718,31 +718,6 @@ static int al_write(struct al_worker *w, uint64_t ino, size_t off, size_t len, u
 	return 0;
 }
 
-/*
- * Open bug (README "Known limits"): concurrent creates, renames and unlinks
- * of one directory from several nodes lose a directory entry about once in
- * twenty runs of this test.  Its symptoms here (an own file gone, an
- * unlinked one still there) are reported as a SKIP naming the bug, not
- * hidden; SHOAL_KNOWN_BUG_DIRLOSS=0 makes them fail.
- */
-static int dirloss_known(void)
-{
-	const char *e = getenv("SHOAL_KNOWN_BUG_DIRLOSS");
-	return !e || strcmp(e, "0");
-}
-
-#define DIRLOSS(...)                                                                    \
-	do {                                                                            \
-		if (dirloss_known()) {                                                  \
-			fprintf(stderr, "  SKIP known bug (directory entry lost between " \
-					"nodes): ");                                    \
-			fprintf(stderr, __VA_ARGS__);                                   \
-			fprintf(stderr, "\n");                                          \
-			skip();                                                         \
-		}                                                                       \
-		fail_msg(__VA_ARGS__);                                                  \
-	} while (0)
-
 static void *al_run(void *arg)
 {
 	struct al_worker *w = arg;
@@ -876,8 +851,6 @@ static void test_concurrent_alloc(void **state)
 				dir_has(c.c_fs[n], f->dir, f->name, NULL));
 		cl_unmount_all(&c);
 		cl_lockd_stop(&c);
-		if (strstr(w[i].err, strerror(ENOENT)))
-			DIRLOSS("%s", w[i].err); /* fsck would report the lost entry */
 		cl_fsck(&c);
 		fail_msg("%s", w[i].err);
 	}
@@ -891,13 +864,13 @@ static void test_concurrent_alloc(void **state)
 			int64_t ino = lookup_ino(fs, f->dir, f->name);
 			if (f->gone) {
 				if (ino != -ENOENT)
-					DIRLOSS("%s, unlinked by node %d, on node %d: %s", f->name,
+					fail_msg("%s, unlinked by node %d, on node %d: %s", f->name,
 						w[i].node, (w[i].node + 1) % MAXN,
 						ino < 0 ? strerror((int)-ino) : "still there");
 				continue;
 			}
 			if (ino == -ENOENT)
-				DIRLOSS("%s on node %d: %s", f->name, (w[i].node + 1) % MAXN,
+				fail_msg("%s on node %d: %s", f->name, (w[i].node + 1) % MAXN,
 					strerror((int)-ino));
 			if (ino < 0)
 				fail_msg("%s on node %d: %s", f->name, (w[i].node + 1) % MAXN,
