@@ -32,7 +32,8 @@ MIB = 1 << 20
 
 # Ratio columns: (header, {numerator variant: denominator variant}); a
 # variant's row shows its ratio in each column that names it.
-MAIN_COLS = [("vs ext4", {"shoal": "ext4", "shoal-cl": "ext4"}),
+MAIN_COLS = [("vs ext4", {"shoal": "ext4", "shoal-cl": "ext4", "fuse-null": "ext4"}),
+             ("vs null", {"shoal": "fuse-null", "shoal-cl": "fuse-null"}),
              ("cl/shoal", {"shoal-cl": "shoal"})]
 CACHE_COLS = [("cl/shoal", {"shoal-cl": "shoal"})]
 PP_COLS = [("vs ext4", {"shoal-cl": "ext4", "shoal-cl-hold0": "ext4"}),
@@ -137,7 +138,7 @@ SPECS = {
         ("shoal_dev_flushes_per_append", "shoal stat a+b: dev_flushes per append", 1, "%.2f", []),
     ]),
 }
-FS_ORDER = ("ext4", "shoal", "shoal-cl", "shoal-cl-hold0")
+FS_ORDER = ("ext4", "fuse-null", "shoal", "shoal-cl", "shoal-cl-hold0")
 
 
 def fmt(spec_fmt, scale, v):
@@ -183,8 +184,10 @@ def report_table(workload, vals, failed, rounds, fses):
     print(head)
     print("-" * len(head))
     for metric, label, scale, sfmt, targets in rows:
+        # fuse-null has no device and no shoal counters: time rows only
         rfses = [fs for fs in fses
-                 if not (metric.startswith("shoal_") and fs == "ext4")]
+                 if not (metric.startswith("shoal_") and fs == "ext4")
+                 and not (fs == "fuse-null" and not metric.endswith("_s"))]
         if not any((fs, metric) in vals for fs in rfses):
             continue  # not measured in this run (older raw file, no loop device)
         med = {}

@@ -44,7 +44,8 @@ usage: bench/run.sh [--rounds N] [--quick] [--dir DIR] [--fs LIST] [--appends N]
 
 Runs each WORKLOAD (default: all of meta seq fstest cache pingpong lockd)
 N rounds (default 3; 1 with --quick) and prints medians and ratios.
-  meta, seq, fstest  on each variant of --fs
+  meta               on each variant of --fs
+  seq, fstest        on each variant of --fs but fuse-null
   cache              shoal and shoal-cl: lock requests of a re-read (must be 0)
   pingpong           two nodes appending to one file in turn (shoal-cl with
                      the default hold time and with hold=0; ext4 reference)
@@ -52,8 +53,9 @@ N rounds (default 3; 1 with --quick) and prints medians and ratios.
                      Unix-socket echo, at least 3 rounds
   --quick          smaller sizes, for a smoke run of everything in about 2 minutes
   --fs LIST        comma-separated variants among ext4, shoal (lock=nolock),
-                   shoal-cl (lock=shoal, one node, own shoal-lockd); default
-                   \$SHOAL_BENCH_FS or ext4,shoal,shoal-cl.  pingpong runs its
+                   shoal-cl (lock=shoal, one node, own shoal-lockd),
+                   fuse-null (meta only: bench/nullfs.c, the FUSE floor); default
+                   \$SHOAL_BENCH_FS or ext4,fuse-null,shoal,shoal-cl.  pingpong runs its
                    two cluster variants if shoal-cl is in LIST, ext4 if ext4 is
   --appends N      pingpong appends per run (default 2000; 300 with --quick)
   --dir DIR        where the images and mountpoints go (default
@@ -69,7 +71,7 @@ rounds=
 quick=0
 shoal_on_file=0
 dir=${SHOAL_BENCH_DIR:-/var/tmp/shoal-bench}
-fs_list=${SHOAL_BENCH_FS:-ext4,shoal,shoal-cl}
+fs_list=${SHOAL_BENCH_FS:-ext4,fuse-null,shoal,shoal-cl}
 pp_appends=
 workloads=()
 while [ $# -gt 0 ]; do
@@ -106,12 +108,12 @@ done
 # The selected variants, in the canonical order (the rounds rotate it).
 for v in ${fs_list//,/ }; do
 	case $v in
-	ext4 | shoal | shoal-cl) ;;
-	*) echo "bench/run.sh: --fs: unknown variant '$v' (ext4, shoal, shoal-cl)" >&2; exit 2 ;;
+	ext4 | shoal | shoal-cl | fuse-null) ;;
+	*) echo "bench/run.sh: --fs: unknown variant '$v' (ext4, shoal, shoal-cl, fuse-null)" >&2; exit 2 ;;
 	esac
 done
 sel_fses=()
-for v in ext4 shoal shoal-cl; do
+for v in ext4 fuse-null shoal shoal-cl; do
 	[[ ",$fs_list," != *",$v,"* ]] || sel_fses+=("$v")
 done
 [ ${#sel_fses[@]} -gt 0 ] || { echo "bench/run.sh: --fs selects nothing" >&2; exit 2; }
@@ -174,6 +176,9 @@ shoal_rev="$(git -C "$shoal_top" rev-parse --short HEAD 2>/dev/null || echo unkn
 for p in metabench seqio fstest pingpong; do
 	cc -O2 -Wall -Wextra -Werror -D_GNU_SOURCE -o "$bin/$p" "$bench/$p.c"
 done
+# shellcheck disable=SC2046
+cc -O2 -Wall -Wextra -Wno-unused-parameter -Werror -D_GNU_SOURCE -o "$bin/nullfs" "$bench/nullfs.c" \
+	$(pkg-config --cflags --libs fuse3) -lpthread
 
 # --- state and teardown -----------------------------------------------------
 # A variant (FS) is ext4, shoal or shoal-cl; pingpong adds shoal-cl-hold0 and
@@ -181,6 +186,7 @@ done
 # at a time.
 
 declare -A mnt=([ext4]=$dir/mnt-ext4 [shoal]=$dir/mnt-shoal [shoal-cl]=$dir/mnt-shoal-cl
+	[fuse-null]=$dir/mnt-fuse-null
 	[shoal-cl-hold0]=$dir/mnt-shoal-cl)
 declare -A img=([ext4]=$dir/ext4.img [shoal]=$dir/shoal.img [shoal-cl]=$dir/shoal-cl.img
 	[shoal-cl-hold0]=$dir/shoal-cl.img)
@@ -201,6 +207,8 @@ fail_note= # why the last step failed
 
 is_mounted() { findmnt -rn -M "$1" >/dev/null 2>&1; }
 is_cluster() { [[ $1 == shoal-cl* ]]; }
+is_shoal() { [[ $1 == shoal* ]]; }
+nullfs_pid= # the bench/nullfs.c daemon of the fuse-null variant
 
 # pid_alive PID COMM: process PID runs COMM and is not a zombie.
 pid_alive() {
@@ -249,6 +257,17 @@ cl_lockd_stop() {
 
 fs_teardown() {
 	local fs=$1 m
+	if [ "$fs" = fuse-null ]; then
+		if is_mounted "${mnt[fuse-null]}"; then
+			fusermount3 -u "${mnt[fuse-null]}" 2>/dev/null || umount -l "${mnt[fuse-null]}" 2>/dev/null || true
+		fi
+		if [ -n "$nullfs_pid" ]; then
+			kill "$nullfs_pid" 2>/dev/null || true
+			wait "$nullfs_pid" 2>/dev/null || true
+			nullfs_pid=
+		fi
+		return 0
+	fi
 	if [ "$fs" = ext4 ]; then
 		if is_mounted "${mnt[ext4]}"; then
 			umount "${mnt[ext4]}" 2>/dev/null || umount -l "${mnt[ext4]}" 2>/dev/null || true
@@ -272,8 +291,9 @@ cleanup() {
 	fs_teardown shoal-cl
 	fs_teardown shoal
 	fs_teardown ext4
+	fs_teardown fuse-null
 	lockd_teardown
-	rmdir "${mnt[ext4]}" "${mnt[shoal]}" "${mnt[shoal-cl]}" "$pp_mnt_a" "$pp_mnt_b" "$dir" 2>/dev/null || true
+	rmdir "${mnt[ext4]}" "${mnt[shoal]}" "${mnt[shoal-cl]}" "${mnt[fuse-null]}" "$pp_mnt_a" "$pp_mnt_b" "$dir" 2>/dev/null || true
 	rm -rf "$work"
 }
 trap cleanup EXIT
@@ -392,6 +412,17 @@ fs_make() {
 	fs_teardown "$fs"
 	: >"$out"
 	mkdir -p "${mnt[$fs]}"
+	if [ "$fs" = fuse-null ]; then
+		"$bin/nullfs" "${mnt[fuse-null]}" 2>"$out" &
+		nullfs_pid=$!
+		local i
+		for i in $(seq 100); do
+			is_mounted "${mnt[fuse-null]}" && return 0
+			sleep 0.05
+		done
+		fail_note="nullfs did not mount: $(tail -n 5 "$out")"
+		return 1
+	fi
 	truncate -s "$img_size" "${img[$fs]}"
 	dev[$fs]=${img[$fs]}
 	if [ "$fs" = ext4 ] || [ "$shoal_on_file" = 0 ]; then
@@ -446,10 +477,13 @@ fs_describe() {
 	if [ -n "${loopdev[$fs]:-}" ]; then
 		l=${loopdev[$fs]#/dev/}
 		meta "$fs device" "${loopdev[$fs]} on ${img[$fs]} ($img_size sparse), loop direct I/O $(cat "/sys/block/$l/loop/dio"), write cache '$(cat "/sys/block/$l/queue/write_cache")', FUA $(cat "/sys/block/$l/queue/fua")"
-	else
+	elif [ "$fs" != fuse-null ]; then
 		meta "$fs device" "${img[$fs]} ($img_size sparse image file, no loop device)"
 	fi
 	case $fs in
+	fuse-null)
+		meta "fuse-null" "bench/nullfs.c: a FUSE daemon that keeps names in memory and does nothing else, with shoal-mount's FUSE settings (low-level API, multithreaded loop, entry/attr timeouts 86400 s, keep_cache, noflush): the cost of the kernel's FUSE round trips alone, no device"
+		;;
 	ext4)
 		local feat jsz
 		feat=$(dumpe2fs -h "${dev[ext4]}" 2>/dev/null | sed -n 's/^Filesystem features: *//p')
@@ -531,7 +565,7 @@ runprog() {
 	[ "$rc" = 124 ] || [ "$rc" = 137 ] && why="timed out after ${prog_timeout}s"
 	fail "$fs" "$r" "$(basename "$1") ${*:2}: $why
 $(tail -n 10 "$out.err")"
-	[ "$fs" = ext4 ] || shoal_health "$fs" "$r" || true
+	! is_shoal "$fs" || shoal_health "$fs" "$r" || true
 	return 1
 }
 
@@ -724,13 +758,18 @@ run_one() {
 	fi
 	[ "$r" != 1 ] || fs_describe "$fs"
 	"wl_$w" "$fs" "$r" || ok=1
-	if [ "$ok" = 0 ] && [ "$fs" != ext4 ]; then
+	if [ "$ok" = 0 ] && is_shoal "$fs"; then
 		shoal_health "$fs" "$r" || ok=1
 	fi
 	if [ "$ok" = 0 ]; then
 		# Everything the workload caused, written back by the unmount.
 		local out=$work/umount.out
-		if [ "$fs" != ext4 ]; then
+		if [ "$fs" = fuse-null ]; then
+			fusermount3 -u "${mnt[fuse-null]}" >"$out" 2>&1 || {
+				fail fuse-null "$r" "fusermount3 -u: $(tail -n 5 "$out")"
+				ok=1
+			}
+		elif is_shoal "$fs"; then
 			# Node b first; a cluster's shoal-lockd stays up until after.
 			for m in $(printf '%s\n' "${!daemon_pid[@]}" | sort -r); do
 				timeout 300 "$bin/shoal" umount "$m" >"$out" 2>&1 || {
@@ -752,7 +791,7 @@ run_one() {
 			fstest) emit_delta "$fs" "$r" umount_dev_per_app "$work/base" "$work/unmounted" loop_wr_bytes $((fst_iters * 1024)) ;;
 			meta | seq) emit_delta "$fs" "$r" umount_wr_bytes "$work/base" "$work/unmounted" loop_wr_bytes ;;
 			esac
-			if [ "$fs" != ext4 ] && [ -x "$bin/fsck.shoal" ]; then
+			if is_shoal "$fs" && [ -x "$bin/fsck.shoal" ]; then
 				local frc=0
 				timeout 300 "$bin/fsck.shoal" -n "${dev[$fs]}" >"$out" 2>&1 || frc=$?
 				say "  round $r $fs: fsck.shoal -n after unmount: exit $frc$([ "$frc" = 0 ] || echo " ($(tail -n 3 "$out" | tr '\n' ' '))")"
@@ -769,8 +808,9 @@ run_workload() {
 	cur_w=$w
 	case $w in
 	cache)
-		for fs in "${sel_fses[@]}"; do [ "$fs" = ext4 ] || fses+=("$fs"); done
+		for fs in "${sel_fses[@]}"; do ! is_shoal "$fs" || fses+=("$fs"); done
 		;;
+	meta) fses=("${sel_fses[@]}") ;;
 	pingpong)
 		for fs in "${sel_fses[@]}"; do
 			case $fs in
@@ -779,7 +819,7 @@ run_workload() {
 			esac
 		done
 		;;
-	*) fses=("${sel_fses[@]}") ;;
+	*) for fs in "${sel_fses[@]}"; do [ "$fs" = fuse-null ] || fses+=("$fs"); done ;;
 	esac
 	if [ ${#fses[@]} = 0 ]; then
 		echo "== $w: skipped, none of its variants is selected (--fs $fs_list) =="
