@@ -35,6 +35,7 @@ struct shoal_dev {
 	uint64_t d_write_gen; /* atomic: bumped by every write */
 	uint64_t d_flush_gen; /* atomic: d_write_gen as of the last flush */
 	int d_fenced;         /* atomic: self-fenced, every write fails */
+	int d_dfd;            /* the same file opened O_DIRECT, or -1 (dev_write_small) */
 };
 
 /* Open a regular file or block device.  size 0 means "use its size". */
@@ -43,6 +44,13 @@ void dev_close(struct shoal_dev *dev);
 
 int dev_read(struct shoal_dev *dev, void *buf, size_t len, uint64_t off);
 int dev_write(struct shoal_dev *dev, const void *buf, size_t len, uint64_t off);
+/*
+ * Write part of a block so that only those bytes reach the device (O_DIRECT
+ * when off and len are multiples of 512 and the file allows it), not the
+ * whole page the page cache would write back: a 1 KiB fsync'ed overwrite
+ * costs the device 1 KiB, not 4.  Otherwise the same as dev_write.
+ */
+int dev_write_small(struct shoal_dev *dev, const void *buf, size_t len, uint64_t off);
 int dev_flush(struct shoal_dev *dev);
 /* Flush only if something was written since the last flush. */
 int dev_flush_if_needed(struct shoal_dev *dev);

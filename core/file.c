@@ -12,11 +12,16 @@
  *      commit flushes it before the metadata that points to it;
  *  (3) i_data_gen is the device write generation after the inode's last
  *      data write: fsync needs a flush iff the device's flush generation is
- *      older (R2: nothing dirty, no I/O).
+ *      older (R2: nothing dirty, no I/O);
+ *  (4) a part-block overwrite of a file fsync'ed within the last second
+ *      goes to the device as it is (dev_write_small), not as the whole page
+ *      the fsync would otherwise write back (R2: device bytes follow the
+ *      bytes written); other writes stay in the page cache.
  */
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "internal.h"
 
@@ -131,11 +136,16 @@ struct wsrc {
 	shoal_write_fn ws_fn;
 	void *ws_arg;
 	int ws_fd;
+	int ws_small; /* (4): part-block bytes of a file being fsync'ed */
 };
+
+#define SYNC_RECENT_NS 1000000000ull
 
 static int src_copy(struct shoal_fs *fs, const struct wsrc *src, uint64_t devoff, size_t len,
 		    size_t srcoff)
 {
+	if (src->ws_mem && src->ws_small)
+		return dev_write_small(fs->fs_dev, src->ws_mem + srcoff, len, devoff);
 	if (src->ws_mem)
 		return dev_write(fs->fs_dev, src->ws_mem + srcoff, len, devoff);
 	int err = src->ws_fn(src->ws_arg, src->ws_fd, devoff, len, srcoff);
@@ -247,7 +257,12 @@ static ssize_t write_src(struct shoal_fs *fs, struct shoal_inode *ip, const stru
 ssize_t file_write(struct shoal_fs *fs, struct shoal_inode *ip, const void *buf, size_t size,
 		   uint64_t off)
 {
-	struct wsrc src = {.ws_mem = buf};
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
+	uint64_t now = (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+	struct wsrc src = {.ws_mem = buf,
+			   .ws_small = size < fs->fs_bsize && ip->i_fsync_ns &&
+				       now - ip->i_fsync_ns < SYNC_RECENT_NS};
 	return write_src(fs, ip, &src, size, off);
 }
 

@@ -165,6 +165,7 @@ int inode_get(struct shoal_fs *fs, uint64_t ino, struct shoal_inode **out)
 	 */
 	if (b->b_flags & BUF_DIRTY)
 		ip->i_meta_seq = ip->i_dsync_seq = fs->fs_j.j_seq;
+	ip->i_meta_mod = ip->i_dsync_mod = fs->fs_j.j_mod; /* at the latest now */
 	ip->i_data_gen = __atomic_load_n(&fs->fs_dev->d_write_gen, __ATOMIC_SEQ_CST);
 	ih_add(fs, ip);
 	*out = ip;
@@ -339,6 +340,7 @@ int inode_alloc(struct shoal_fs *fs, struct shoal_inode *dir, uint64_t want, mod
 	ip->i_gen = inode_gen(fs, ip);
 	b->b_gen = ip->i_gen;
 	ip->i_meta_seq = ip->i_dsync_seq = fs->fs_j.j_seq;
+	ip->i_meta_mod = ip->i_dsync_mod = fs->fs_j.j_mod;
 	inode_touch(ip, 1, 1, 1);
 	di->di_crtime = di->di_mtime;
 	ih_add(fs, ip);
@@ -353,8 +355,11 @@ void inode_dirty(struct shoal_fs *fs, struct shoal_inode *ip, int dsync)
 {
 	trans_add(fs, ip->i_bh);
 	ip->i_meta_seq = fs->fs_j.j_seq;
-	if (dsync)
+	ip->i_meta_mod = fs->fs_j.j_mod;
+	if (dsync) {
 		ip->i_dsync_seq = fs->fs_j.j_seq;
+		ip->i_dsync_mod = fs->fs_j.j_mod;
+	}
 }
 
 void inode_stat(struct shoal_fs *fs, struct shoal_inode *ip, struct stat *st)

@@ -38,6 +38,8 @@ struct shoal_buf {
 	struct shoal_buf *b_cprev, *b_cnext;    /* checkpoint list */
 	uint64_t b_seq;                         /* transaction that last logged it */
 	uint64_t b_gen;  /* owner glock's generation when read (cluster) */
+	uint8_t *b_snap; /* DIRTY dinode: its image at the last full commit
+			  * (what a fast commit's ranges are taken against) */
 };
 
 struct shoal_bcache {
@@ -62,6 +64,8 @@ struct shoal_rgd {
 	uint32_t rd_last;    /* next-fit cursor */
 	struct glock *rd_gl; /* its glock (type 3, number rd_addr) */
 	uint64_t rd_gen;     /* rd_gl's generation rd_free was read at */
+	uint32_t rd_home_free; /* statfs: its home header's free count (fs_lock) */
+	uint64_t rd_home_ns;   /* ... read then (0: never) */
 };
 
 /* --- inodes (inode.c) --------------------------------------------------- */
@@ -74,7 +78,10 @@ struct shoal_inode {
 	uint32_t i_ref;         /* references held by running operations */
 	uint64_t i_meta_seq;    /* last transaction that changed this inode */
 	uint64_t i_dsync_seq;   /* same, for changes fdatasync must commit */
+	uint64_t i_meta_mod;    /* j_mod of its last change (jnl_durable) */
+	uint64_t i_dsync_mod;   /* same, for changes fdatasync must commit */
 	uint64_t i_data_gen;    /* dev write generation of its last data write */
+	uint64_t i_fsync_ns;    /* monotonic time of its last fsync/fdatasync */
 	int i_freed;            /* destroyed: out of the hash, blocks freed */
 	struct glock *i_gl;     /* its inode glock (cache generation) */
 	uint64_t i_gen;         /* i_gl's generation the dinode was read at */
@@ -101,6 +108,10 @@ struct shoal_journal {
 	struct shoal_buf j_ckpt;  /* checkpoint list head */
 	uint32_t j_ckpt_count;
 	int j_ordered;            /* data written into new blocks since the last flush */
+	int j_fc_on;              /* fast commits allowed (feature bit, mount) */
+	int j_fc_ok;              /* the running transaction can be fast-committed */
+	uint64_t j_mod;           /* changes so far (one per trans_add), never reset */
+	uint64_t j_fc_mod;        /* j_mod at the last fast commit: durable up to it */
 };
 
 struct shoal_fs {
@@ -141,8 +152,6 @@ struct shoal_fs {
 	struct glock *fs_jgl;         /* this node's journal glock, held EX */
 	uint64_t *fs_orphans;         /* fs_lock: unlinked inodes to free later */
 	uint32_t fs_norphans, fs_orphans_cap;
-	uint64_t fs_statfs_ns;        /* statfs: when other groups were last read */
-	uint64_t fs_statfs_free;
 };
 
 struct gl_ops;
@@ -188,14 +197,15 @@ uint32_t trans_rg_blocks(struct shoal_fs *fs);
 /* Add a buffer to the running transaction before changing it. */
 void trans_add(struct shoal_fs *fs, struct shoal_buf *b);
 int jnl_commit(struct shoal_fs *fs);
+/* Make the running transaction durable with one log block and one flush,
+ * without committing it (journal.c (6)); -EAGAIN: it needs jnl_commit. */
+int jnl_fast_commit(struct shoal_fs *fs);
 int jnl_checkpoint(struct shoal_fs *fs);
 int jnl_mark_clean(struct shoal_fs *fs, int clean);
 void jnl_release(struct shoal_fs *fs);
-/* Is transaction seq durable? */
-static inline int jnl_committed(struct shoal_fs *fs, uint64_t seq)
-{
-	return seq < fs->fs_j.j_seq || fs->fs_j.j_tcount == 0;
-}
+/* Is a change made in transaction seq as change number mod durable?
+ * (committed, or covered by a fast commit) */
+int jnl_durable(struct shoal_fs *fs, uint64_t seq, uint64_t mod);
 
 /* rgrp.c */
 int rg_load(struct shoal_fs *fs);

@@ -19,7 +19,16 @@
  *  (4) the journal head on disk is durable before log space before its
  *      tail is reused (checkpoint writes it, then flushes);
  *  (5) a freed block is not reused before the transaction that freed it is
- *      checkpointed (rg_release_pending), so replay never overwrites it.
+ *      checkpointed (rg_release_pending), so replay never overwrites it;
+ *  (6) fast commit (R2): while the running transaction holds only dinodes
+ *      that were read, not made, each keeps b_snap, its image as last
+ *      logged (by a full commit or a fast commit); jnl_fast_commit() logs
+ *      what differs from b_snap, for all of them, in one block with one
+ *      flush, then takes the snapshots again.  Replay applies each such
+ *      block in log order on top of what precedes it, and the
+ *      transaction's own full commit, later in the log, supersedes them.
+ *      A fast-commit block never follows data written into new blocks
+ *      (j_ordered), so ordered data holds.
  *
  * Position p of the log (1 .. j_blocks-1) is block j_addr + p.
  */
@@ -111,6 +120,8 @@ int jnl_load(struct shoal_fs *fs, uint32_t index)
 	j->j_tail_seq = j->j_seq = jh.jh_tail_seq;
 	j->j_used = 0;
 	j->j_ckpt.b_cnext = j->j_ckpt.b_cprev = &j->j_ckpt;
+	j->j_fc_on = (fs->fs_sb.sb_feat_incompat & SHOAL_FEAT_INCOMPAT_FASTCOMMIT) != 0;
+	j->j_fc_ok = j->j_fc_on;
 	return 0;
 }
 
@@ -123,6 +134,38 @@ int jnl_mark_clean(struct shoal_fs *fs, int clean)
 }
 
 /*
+ * Replay a valid fast-commit block: each home block it names is read,
+ * patched with its ranges, sealed with a new CRC and written back, once.
+ * A home block that is not valid metadata is left alone (one log line):
+ * its ranges were taken against a valid image.
+ */
+static int fc_replay(struct shoal_fs *fs, const uint8_t *fcblk, uint8_t *tmp)
+{
+	const struct shoal_lfrec *r;
+	const uint8_t *d;
+	uint32_t cur = 0;
+	int err;
+
+	while (meta_fc_next(fcblk, &cur, &r, &d)) {
+		if (!meta_fc_first(fcblk, r))
+			continue;
+		err = dev_read(fs->fs_dev, tmp, fs->fs_bsize, r->fr_blkno << fs->fs_bshift);
+		if (err)
+			return err;
+		if (meta_check(tmp, fs->fs_bsize, 0, r->fr_blkno)) {
+			fs_corrupt(fs, r->fr_blkno, "fast-commit replay: home block is not valid");
+			continue;
+		}
+		meta_fc_apply(fcblk, r->fr_blkno, tmp);
+		meta_update_crc(tmp, fs->fs_bsize);
+		err = dev_write(fs->fs_dev, tmp, fs->fs_bsize, r->fr_blkno << fs->fs_bshift);
+		if (err)
+			return err;
+	}
+	return 0;
+}
+
+/*
  * Replay: collect one transaction at a time in memory, and write it home
  * only once all of it has been validated.  Replaying twice writes the same
  * images again, so a crash during recovery is harmless.
@@ -131,7 +174,7 @@ int jnl_recover(struct shoal_fs *fs, uint32_t index, uint32_t *replayed)
 {
 	struct shoal_journal jt = {0};
 	struct shoal_jhead jh;
-	uint32_t bs = fs->fs_bsize, cap, pos, head, scanned = 0, ntx = 0;
+	uint32_t bs = fs->fs_bsize, cap, pos, head, scanned = 0, ntx = 0, nfc = 0;
 	uint64_t addr, seq, *homes = NULL;
 	uint8_t *imgs = NULL, *desc = NULL;
 	int err;
@@ -163,6 +206,19 @@ int jnl_recover(struct shoal_fs *fs, uint32_t index, uint32_t *replayed)
 				goto replay_done;
 			if (dev_read(fs->fs_dev, desc, bs, daddr << fs->fs_bshift))
 				goto replay_done;
+			if (used == 0 && ld->ld_header.mh_type == SHOAL_MT_LFAST) {
+				/* a fast-commit block of transaction seq (6) */
+				if (meta_fc_valid(desc, bs, daddr, seq, fs->fs_sb.sb_blocks))
+					goto replay_done;
+				err = fc_replay(fs, desc, imgs);
+				if (err)
+					goto out_free;
+				pos = log_next(&jt, pos);
+				scanned++;
+				head = pos;
+				nfc++;
+				continue;
+			}
 			if (meta_check(desc, bs, SHOAL_MT_LDESC, daddr) || ld->ld_header.mh_seq != seq ||
 			    ld->ld_count > SHOAL_LDESC_TAGS(bs) || ld->ld_count == 0)
 				goto replay_done;
@@ -194,7 +250,7 @@ int jnl_recover(struct shoal_fs *fs, uint32_t index, uint32_t *replayed)
 		ntx++;
 	}
 replay_done:
-	if (ntx > 0) {
+	if (ntx + nfc > 0) {
 		struct shoal_journal jw = {.j_index = index, .j_addr = addr, .j_tail = head,
 					   .j_tail_seq = seq};
 		err = dev_flush(fs->fs_dev);
@@ -208,7 +264,7 @@ out_free:
 	free(imgs);
 	free(desc);
 	if (replayed)
-		*replayed = ntx;
+		*replayed = ntx + nfc;
 	return err;
 }
 
@@ -279,13 +335,33 @@ int trans_begin_alloc(struct shoal_fs *fs, uint32_t nblocks, uint64_t nalloc)
 	return 0;
 }
 
+/* Transactions larger than this are committed in full (6). */
+#define FC_MAX_BUFS 32
+
 void trans_add(struct shoal_fs *fs, struct shoal_buf *b)
 {
 	struct shoal_journal *j = &fs->fs_j;
 
 	op_changed(1);
+	j->j_mod++;
 	if (b->b_flags & BUF_DIRTY)
 		return;
+	if (j->j_fc_ok) {
+		/*
+		 * The snapshot must be the image as last logged or read: its
+		 * mh_crc still matching says nothing changed it in memory
+		 * before this trans_add (a caller that sets a field first, or
+		 * an atime kept in memory), else this transaction is committed
+		 * in full.
+		 */
+		const struct shoal_mh *mh = (const void *)b->b_data;
+		if ((b->b_flags & (BUF_NEW | BUF_STALE)) || mh->mh_type != SHOAL_MT_DINODE ||
+		    j->j_tcount >= FC_MAX_BUFS || meta_crc(b->b_data, fs->fs_bsize) != mh->mh_crc ||
+		    !(b->b_snap = malloc(fs->fs_bsize)))
+			j->j_fc_ok = 0;
+		else
+			memcpy(b->b_snap, b->b_data, fs->fs_bsize);
+	}
 	b->b_flags |= BUF_DIRTY;
 	b->b_ref++; /* the transaction's reference; b_ref > 0 so not on the LRU */
 	b->b_tnext = j->j_trans;
@@ -400,6 +476,8 @@ int jnl_commit(struct shoal_fs *fs)
 		next = b->b_tnext;
 		b->b_tnext = NULL;
 		b->b_flags &= ~(BUF_DIRTY | BUF_NEW);
+		free(b->b_snap);
+		b->b_snap = NULL;
 		if (b->b_flags & BUF_STALE) {
 			if (b->b_flags & BUF_PINNED) {
 				b->b_flags &= ~BUF_PINNED;
@@ -415,9 +493,10 @@ int jnl_commit(struct shoal_fs *fs)
 		b->b_seq = j->j_seq;
 		buf_put(fs, b);
 	}
-	free(list);
 	j->j_trans = NULL;
 	j->j_tcount = 0;
+	j->j_fc_ok = j->j_fc_on;
+	free(list);
 	if (total == 0)
 		return 0; /* everything was freed again: no sequence number used */
 	j->j_head = (j->j_head + total - 1) % log_capacity(j) + 1;
@@ -426,6 +505,95 @@ int jnl_commit(struct shoal_fs *fs)
 	fs->fs_ctr.sc_commits++;
 	fs->fs_ctr.sc_commit_blocks += total;
 	return 0;
+}
+
+/*
+ * Append to a fast-commit block the ranges where b differs from its
+ * snapshot (the header excluded: replay recomputes the CRC); runs of fewer
+ * than 16 equal bytes are carried inside a range.  -ENOSPC: they do not fit.
+ */
+static int fc_add_ranges(struct shoal_fs *fs, uint8_t *blk, const struct shoal_buf *b)
+{
+	struct shoal_lfast *fc = (void *)blk;
+	uint32_t bs = fs->fs_bsize, i = sizeof(struct shoal_mh);
+
+	while (i < bs) {
+		if (b->b_data[i] == b->b_snap[i]) {
+			i++;
+			continue;
+		}
+		uint32_t last = i;
+		for (uint32_t k = i + 1; k < bs && k - last <= 16 && k - i < 65535; k++)
+			if (b->b_data[k] != b->b_snap[k])
+				last = k;
+		uint32_t len = last - i + 1;
+		if (SHOAL_LFAST_REC_OFF + fc->fc_bytes + SHOAL_LFREC_SIZE(len) > bs)
+			return -ENOSPC;
+		struct shoal_lfrec *r = (void *)(blk + SHOAL_LFAST_REC_OFF + fc->fc_bytes);
+		r->fr_blkno = b->b_blkno;
+		r->fr_off = (uint16_t)i;
+		r->fr_len = (uint16_t)len;
+		memcpy(r + 1, b->b_data + i, len);
+		fc->fc_bytes += SHOAL_LFREC_SIZE(len);
+		fc->fc_count++;
+		i = last + 1;
+	}
+	return 0;
+}
+
+int jnl_fast_commit(struct shoal_fs *fs)
+{
+	struct shoal_journal *j = &fs->fs_j;
+	uint32_t need = j->j_tcount + desc_count(fs, j->j_tcount) + 1;
+	struct shoal_buf *b;
+	uint8_t *blk;
+	int err = 0;
+
+	if (!j->j_fc_ok || j->j_ordered || !j->j_tcount || fs->fs_ro)
+		return -EAGAIN;
+	if (j->j_used + need > log_capacity(j))
+		return -EAGAIN; /* leave room for the full commit after it */
+	blk = calloc(1, fs->fs_bsize);
+	if (!blk)
+		return -EAGAIN;
+	for (b = j->j_trans; b && !err; b = b->b_tnext)
+		err = !b->b_snap || (b->b_flags & BUF_STALE) ? -EAGAIN : fc_add_ranges(fs, blk, b);
+	if (err) {
+		free(blk);
+		return -EAGAIN;
+	}
+	if (((struct shoal_lfast *)blk)->fc_count) {
+		struct shoal_lfast *fc = (void *)blk;
+		uint32_t span = meta_fc_span(fc->fc_bytes, fs->fs_bsize);
+		fc->fc_time = time(NULL);
+		/* only the span is written (and sealed): FORMAT.md 11.4 */
+		meta_seal(blk, span, SHOAL_MT_LFAST, j->j_addr + j->j_head, j->j_seq);
+		err = dev_write_small(fs->fs_dev, blk, span, (j->j_addr + j->j_head) << fs->fs_bshift);
+		if (!err)
+			err = dev_flush(fs->fs_dev); /* covers data written before */
+		if (err) {
+			free(blk);
+			fs_error(fs, "journal fast commit failed: %s", strerror(-err));
+			return err;
+		}
+		j->j_head = log_next(j, j->j_head);
+		j->j_used++;
+		fs->fs_ctr.sc_fast_commits++;
+		fs->fs_ctr.sc_commit_blocks++;
+		/* the next fast commit logs what changes from here on */
+		for (b = j->j_trans; b; b = b->b_tnext)
+			memcpy(b->b_snap, b->b_data, fs->fs_bsize);
+	}
+	free(blk);
+	j->j_fc_mod = j->j_mod;
+	return 0;
+}
+
+int jnl_durable(struct shoal_fs *fs, uint64_t seq, uint64_t mod)
+{
+	struct shoal_journal *j = &fs->fs_j;
+
+	return !j->j_tcount || seq < j->j_seq || mod <= j->j_fc_mod;
 }
 
 static int cmp_blkno(const void *a, const void *b)
@@ -523,6 +691,8 @@ void jnl_release(struct shoal_fs *fs)
 		next = b->b_tnext;
 		b->b_tnext = NULL;
 		b->b_flags &= ~(BUF_DIRTY | BUF_NEW);
+		free(b->b_snap);
+		b->b_snap = NULL;
 		buf_put(fs, b);
 	}
 	j->j_trans = NULL;

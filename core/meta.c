@@ -128,3 +128,78 @@ int meta_dirents_split(uint8_t *area, uint32_t *used, uint8_t *dst, uint32_t *ds
 	*used = keep;
 	return moved;
 }
+
+/* --- fast-commit blocks (FORMAT.md 11.4) ----------------------------------- */
+
+int meta_fc_next(const void *block, uint32_t *cursor, const struct shoal_lfrec **rec,
+		 const uint8_t **data)
+{
+	const struct shoal_lfast *fc = block;
+	const uint8_t *b = block;
+	uint32_t end = SHOAL_LFAST_REC_OFF + fc->fc_bytes;
+
+	if (*cursor == 0)
+		*cursor = SHOAL_LFAST_REC_OFF;
+	if (*cursor >= end)
+		return 0;
+	*rec = (const void *)(b + *cursor);
+	*data = b + *cursor + sizeof(struct shoal_lfrec);
+	*cursor += SHOAL_LFREC_SIZE((*rec)->fr_len);
+	return 1;
+}
+
+int meta_fc_valid(const void *block, uint32_t bsize, uint64_t daddr, uint64_t seq,
+		  uint64_t nblocks)
+{
+	const struct shoal_lfast *fc = block;
+	const struct shoal_lfrec *r;
+	const uint8_t *d;
+	uint32_t cur = 0, n = 0;
+
+	if (fc->fc_bytes > bsize - SHOAL_LFAST_REC_OFF || fc->fc_bytes % 8 ||
+	    meta_check(block, meta_fc_span(fc->fc_bytes, bsize), SHOAL_MT_LFAST, daddr) ||
+	    fc->fc_header.mh_seq != seq || fc->fc_count == 0)
+		return -EUCLEAN;
+	while (n < fc->fc_count) {
+		/* the record header itself must lie inside fc_bytes */
+		uint32_t at = cur ? cur : SHOAL_LFAST_REC_OFF;
+		if (at + sizeof(*r) > SHOAL_LFAST_REC_OFF + fc->fc_bytes)
+			return -EUCLEAN;
+		meta_fc_next(block, &cur, &r, &d);
+		if (cur > SHOAL_LFAST_REC_OFF + fc->fc_bytes || r->fr_blkno == 0 ||
+		    r->fr_blkno >= nblocks || r->fr_len == 0 || r->fr_off < sizeof(struct shoal_mh) ||
+		    (uint32_t)r->fr_off + r->fr_len > bsize || r->fr_pad)
+			return -EUCLEAN;
+		n++;
+	}
+	return cur == SHOAL_LFAST_REC_OFF + fc->fc_bytes ? 0 : -EUCLEAN;
+}
+
+uint32_t meta_fc_span(uint32_t fc_bytes, uint32_t bsize)
+{
+	uint32_t s = (SHOAL_LFAST_REC_OFF + fc_bytes + 511) & ~511u;
+	return s < bsize ? s : bsize;
+}
+
+int meta_fc_first(const void *block, const struct shoal_lfrec *rec)
+{
+	const struct shoal_lfrec *r;
+	const uint8_t *d;
+	uint32_t cur = 0;
+
+	while (meta_fc_next(block, &cur, &r, &d) && r != rec)
+		if (r->fr_blkno == rec->fr_blkno)
+			return 0;
+	return 1;
+}
+
+void meta_fc_apply(const void *block, uint64_t blkno, uint8_t *home)
+{
+	const struct shoal_lfrec *r;
+	const uint8_t *d;
+	uint32_t cur = 0;
+
+	while (meta_fc_next(block, &cur, &r, &d))
+		if (r->fr_blkno == blkno)
+			memcpy(home + r->fr_off, d, r->fr_len);
+}

@@ -1228,23 +1228,33 @@ int shoal_fsync(struct shoal_fs *fs, uint64_t ino, int datasync)
 	if (err)
 		goto out;
 	fs->fs_ctr.sc_fsyncs++;
+	{
+		struct timespec ts;
+		clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
+		ip->i_fsync_ns = (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+	}
 	if (fs->fs_aborted) {
 		err = -EIO; /* the journal failed: what it held is lost */
 		goto out_put;
 	}
 	uint64_t seq = datasync ? ip->i_dsync_seq : ip->i_meta_seq;
-	int need_commit = fs->fs_j.j_tcount && seq >= fs->fs_j.j_seq && !fs->fs_ro;
+	uint64_t mod = datasync ? ip->i_dsync_mod : ip->i_meta_mod;
+	int need_commit = !fs->fs_ro && !jnl_durable(fs, seq, mod);
 	int need_flush = ip->i_data_gen > __atomic_load_n(&fs->fs_dev->d_flush_gen, __ATOMIC_SEQ_CST);
 	if (need_commit || need_flush) {
 		/*
-		 * One flush either way: when data must be flushed, whatever the
-		 * running transaction holds (this inode's timestamps included,
-		 * which fdatasync alone need not write) rides on the same flush,
-		 * so the fsync that usually follows an fdatasync finds nothing
-		 * left to do.
+		 * One flush either way (R2): when data must be flushed, whatever
+		 * the running transaction holds (this inode's timestamps
+		 * included, which fdatasync alone need not write) rides on the
+		 * same flush, so the fsync that usually follows an fdatasync
+		 * finds nothing left to do.  A transaction of dinodes only goes
+		 * out as one fast-commit block; anything else is committed.
 		 */
-		if (fs->fs_j.j_tcount && !fs->fs_ro)
-			err = jnl_commit(fs); /* its flush covers data written before */
+		if (fs->fs_j.j_tcount && !fs->fs_ro && !jnl_durable(fs, fs->fs_j.j_seq, fs->fs_j.j_mod)) {
+			err = jnl_fast_commit(fs); /* its flush covers data written before */
+			if (err == -EAGAIN)
+				err = jnl_commit(fs);
+		}
 		if (!err && ip->i_data_gen > __atomic_load_n(&fs->fs_dev->d_flush_gen, __ATOMIC_SEQ_CST))
 			err = dev_flush(fs->fs_dev);
 	} else {

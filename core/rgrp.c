@@ -498,35 +498,41 @@ int rg_reap_unlinked(struct shoal_fs *fs, uint32_t *reaped)
 	return 0;
 }
 
+/*
+ * Free blocks for statfs.  A group this node holds counts what it has in
+ * memory, at once (a node sees its own allocations immediately); any other
+ * group its home header, current up to its holder's last checkpoint
+ * (docs/LOCKING.md "statfs"), read from the device at most once a second.
+ */
 uint64_t rg_statfs_free(struct shoal_fs *fs)
 {
 	uint64_t now = gl_now_ns(), t = 0;
-	uint8_t *blk;
+	uint8_t *blk = NULL;
 
 	if (!fs->fs_cluster)
 		return rg_free_total(fs);
-	if (fs->fs_statfs_ns && now - fs->fs_statfs_ns < 1000000000ull)
-		return fs->fs_statfs_free;
-	blk = malloc(fs->fs_bsize);
 	for (uint32_t i = 0; i < fs->fs_rgcount; i++) {
 		struct shoal_rgd *rd = &fs->fs_rgds[i];
-		struct shoal_rg *rg = (void *)blk;
-		/* groups another node holds: their home copy, current up to
-		 * that node's last checkpoint (docs/LOCKING.md "statfs") */
+		struct shoal_rg *rg;
 		if (rg_usable(fs, rd)) {
 			t += rg_current_free(fs, rd);
 			continue;
 		}
-		if (!blk ||
-		    dev_read(fs->fs_dev, blk, fs->fs_bsize, rd->rd_addr << fs->fs_bshift) ||
-		    meta_check(blk, fs->fs_bsize, SHOAL_MT_RG, rd->rd_addr) ||
-		    rg->rg_free > rd->rd_length)
-			t += rd->rd_free;
-		else
-			t += rg->rg_free;
+		if (!rd->rd_home_ns || now - rd->rd_home_ns >= 1000000000ull) {
+			if (!blk)
+				blk = malloc(fs->fs_bsize);
+			rg = (void *)blk;
+			if (!blk ||
+			    dev_read(fs->fs_dev, blk, fs->fs_bsize, rd->rd_addr << fs->fs_bshift) ||
+			    meta_check(blk, fs->fs_bsize, SHOAL_MT_RG, rd->rd_addr) ||
+			    rg->rg_free > rd->rd_length)
+				rd->rd_home_free = rd->rd_free;
+			else
+				rd->rd_home_free = rg->rg_free;
+			rd->rd_home_ns = now;
+		}
+		t += rd->rd_home_free;
 	}
 	free(blk);
-	fs->fs_statfs_ns = now;
-	fs->fs_statfs_free = t;
 	return t;
 }

@@ -28,6 +28,7 @@ static const struct {
 	COUNTER(dev_flushes),
 	COUNTER(commits),
 	COUNTER(commit_blocks),
+	COUNTER(fast_commits),
 	COUNTER(checkpoints),
 	COUNTER(wb_visited),
 	COUNTER(wb_written),

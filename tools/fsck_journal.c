@@ -42,7 +42,38 @@ static uint32_t log_next(const struct jscan *js, uint32_t pos)
 }
 
 /*
- * Walk the transaction at js_pos.  With apply 0, validate it and return its
+ * Apply a valid fast-commit block (FORMAT.md 11.4): every home block it
+ * names is read (through the overlay under -n), patched, sealed and put
+ * back, as core/journal.c replays it.
+ */
+static int fc_apply(struct fsck *f, const uint8_t *fcblk, uint8_t *img)
+{
+	const struct shoal_lfrec *r;
+	const uint8_t *d;
+	uint32_t cur = 0;
+	int err;
+
+	while (meta_fc_next(fcblk, &cur, &r, &d)) {
+		if (!meta_fc_first(fcblk, r))
+			continue;
+		err = blk_read(f, r->fr_blkno, img);
+		if (err)
+			return err;
+		if (meta_check(img, f->f_bsize, 0, r->fr_blkno))
+			continue; /* the checks of pass 2 report that block */
+		meta_fc_apply(fcblk, r->fr_blkno, img);
+		meta_update_crc(img, f->f_bsize);
+		err = f->f_yes ? blk_write(f, r->fr_blkno, img) : ov_put(f, r->fr_blkno, img);
+		if (err) {
+			fsck_operr(f, "journal replay", err);
+			return err;
+		}
+	}
+	return 0;
+}
+
+/*
+ * Walk the transaction at js_pos (or the fast-commit block there).  With apply 0, validate it and return its
  * length in log blocks (0: not a valid transaction).  With apply 1, write
  * (or overlay) its images home.
  */
@@ -60,6 +91,19 @@ static int64_t tx_walk(struct fsck *f, struct jscan *js, uint8_t *desc, uint8_t 
 			return 0;
 		if (blk_read(f, daddr, desc))
 			return -EIO;
+		if (used == 0 && ld->ld_header.mh_type == SHOAL_MT_LFAST) {
+			/* a fast-commit block: one log block, the sequence stays */
+			if (meta_fc_valid(desc, f->f_bsize, daddr, js->js_seq, f->f_blocks))
+				return 0;
+			if (apply) {
+				int err = fc_apply(f, desc, img);
+				if (err)
+					return err;
+				js->js_pos = log_next(js, pos);
+				js->js_scanned++;
+			}
+			return 1;
+		}
 		if (meta_check(desc, f->f_bsize, SHOAL_MT_LDESC, daddr) ||
 		    ld->ld_header.mh_seq != js->js_seq || ld->ld_count == 0 ||
 		    ld->ld_count > SHOAL_LDESC_TAGS(f->f_bsize))

@@ -46,7 +46,8 @@ enum shoal_mtype {
 	SHOAL_MT_XATTR = 7,    /* extended attribute block */
 	SHOAL_MT_JHEAD = 8,    /* journal header (first block of a journal) */
 	SHOAL_MT_LDESC = 9,    /* log descriptor */
-	SHOAL_MT_MAX = 10,
+	SHOAL_MT_LFAST = 10,   /* fast-commit log block (SHOAL_FEAT_INCOMPAT_FASTCOMMIT) */
+	SHOAL_MT_MAX = 11,
 };
 
 /* Common header of every metadata block: 32 bytes. */
@@ -68,7 +69,10 @@ struct shoal_mh {
 /* Feature flags.  A mount refuses unknown incompat bits, mounts read-only
  * with unknown ro_compat bits, and ignores unknown compat bits. */
 #define SHOAL_FEAT_COMPAT_SUPP 0ull
-#define SHOAL_FEAT_INCOMPAT_SUPP 0ull
+/* The journal may hold fast-commit blocks (FORMAT.md 11.4): a program that
+ * cannot replay them would stop at the first one and lose what follows. */
+#define SHOAL_FEAT_INCOMPAT_FASTCOMMIT 0x1ull
+#define SHOAL_FEAT_INCOMPAT_SUPP SHOAL_FEAT_INCOMPAT_FASTCOMMIT
 #define SHOAL_FEAT_RO_COMPAT_SUPP 0ull
 
 struct shoal_sb {
@@ -271,6 +275,32 @@ struct shoal_ldesc {
 #define SHOAL_LDESC_TAG_OFF 48
 #define SHOAL_LDESC_TAGS(bsize) (((bsize) - SHOAL_LDESC_TAG_OFF) / 16u)
 
+/*
+ * Fast-commit block (FORMAT.md 11.4): the byte ranges of metadata blocks
+ * that changed since they were last logged, written in one log block with
+ * one flush.  Its mh_seq is the sequence of the running (not yet committed)
+ * transaction; several may precede that transaction's commit, each holding
+ * what changed since the one before, and replay applies them in log order
+ * on top of the home blocks as replayed so far.  Records follow from
+ * SHOAL_LFAST_REC_OFF, each 16 bytes of struct shoal_lfrec, then fr_len
+ * bytes, padded with zeros to a multiple of 8.
+ */
+struct shoal_lfast {
+	struct shoal_mh fc_header;
+	uint32_t fc_count; /* records */
+	uint32_t fc_bytes; /* bytes of records from SHOAL_LFAST_REC_OFF */
+	int64_t fc_time;   /* seconds */
+};
+#define SHOAL_LFAST_REC_OFF 48
+
+struct shoal_lfrec {
+	uint64_t fr_blkno; /* home block */
+	uint16_t fr_off;   /* first byte of the range, >= 32 (never the header) */
+	uint16_t fr_len;   /* bytes, >= 1; the range lies inside the block */
+	uint32_t fr_pad;   /* 0 */
+};
+#define SHOAL_LFREC_SIZE(len) (16u + (((uint32_t)(len) + 7u) & ~7u))
+
 _Static_assert(sizeof(struct shoal_mh) == 32, "mh");
 _Static_assert(offsetof(struct shoal_sb, sb_format) == 32, "sb");
 _Static_assert(offsetof(struct shoal_sb, sb_uuid) == 80, "sb uuid");
@@ -282,6 +312,8 @@ _Static_assert(sizeof(struct shoal_leaf) == SHOAL_LEAF_ENTRIES_OFF, "leaf");
 _Static_assert(sizeof(struct shoal_xattr_hdr) == SHOAL_XATTR_ENTRIES_OFF, "xattr");
 _Static_assert(sizeof(struct shoal_ldesc) == SHOAL_LDESC_TAG_OFF, "ldesc");
 _Static_assert(sizeof(struct shoal_ltag) == 16, "ltag");
+_Static_assert(sizeof(struct shoal_lfast) == SHOAL_LFAST_REC_OFF, "lfast");
+_Static_assert(sizeof(struct shoal_lfrec) == 16, "lfrec");
 _Static_assert(sizeof(struct shoal_dirent) == 18, "dirent");
 
 #endif

@@ -87,7 +87,8 @@ struct shoal_counters {
 	uint64_t sc_dev_write_bytes;
 	uint64_t sc_dev_flushes;
 	uint64_t sc_commits;         /* journal transactions committed */
-	uint64_t sc_commit_blocks;   /* log blocks written */
+	uint64_t sc_commit_blocks;   /* log blocks written (fast commits included) */
+	uint64_t sc_fast_commits;    /* fsyncs made durable by one fast-commit block */
 	uint64_t sc_checkpoints;
 	uint64_t sc_wb_visited;      /* blocks visited by writeback/fsync */
 	uint64_t sc_wb_written;      /* data blocks written by writeback */

@@ -1155,6 +1155,87 @@ static void test_crash_points(void **state)
 	tu_rmimage(base);
 }
 
+/*
+ * (e) Fast commit (R2, journal.c (6)): an fsync'ed 1 KiB overwrite of an
+ * allocated block costs one flush, one fast-commit block and no commit;
+ * the fsync after the fdatasync does nothing; a chmod rides the same path;
+ * an allocating write falls back to a full commit.  After a power cut that
+ * loses every unflushed write, the remount (replaying the fast-commit
+ * blocks) shows the data, the size, the mode and the mtime as fsync'ed,
+ * and the tree is consistent.
+ */
+static void test_fast_commit(void **state)
+{
+	char *base = base_image(), *img = tu_tmpimage(IMG_SIZE);
+	struct shoal_counters c0, c1;
+	struct fmount m;
+	struct stat st, want;
+	static uint8_t data[65536], buf[65536];
+	uint64_t ino, rng = 77;
+
+	copy_image(base, img);
+	mount_fault(img, &m, &no_faults);
+	assert_int_equal(shoal_create(m.fm_fs, &ctx, shoal_root(m.fm_fs), "fc", 0644, O_RDWR, &st),
+			 0);
+	ino = st.st_ino;
+	pattern(data, sizeof(data), 5);
+	assert_int_equal(shoal_write(m.fm_fs, &ctx, ino, data, sizeof(data), 0, O_RDWR),
+			 (ssize_t)sizeof(data));
+	assert_int_equal(shoal_fsync(m.fm_fs, ino, 0), 0);
+	for (int i = 0; i < 64; i++) {
+		uint64_t off = (rng = rng * 6364136223846793005ull + 1) >> 40;
+		off = (off % 64) * 1024;
+		pattern(data + off, 1024, (uint64_t)i + 100);
+		shoal_counters(m.fm_fs, &c0);
+		assert_int_equal(shoal_write(m.fm_fs, &ctx, ino, data + off, 1024, off, O_RDWR), 1024);
+		assert_int_equal(shoal_fsync(m.fm_fs, ino, 1), 0);
+		assert_int_equal(shoal_fsync(m.fm_fs, ino, 0), 0);
+		shoal_counters(m.fm_fs, &c1);
+		assert_int_equal(c1.sc_dev_flushes - c0.sc_dev_flushes, 1);
+		assert_int_equal(c1.sc_fast_commits - c0.sc_fast_commits, 1);
+		assert_int_equal(c1.sc_commits - c0.sc_commits, 0);
+		assert_int_equal(c1.sc_fsync_noop - c0.sc_fsync_noop, 1);
+	}
+	/* a mode change is a dinode-only transaction too */
+	shoal_counters(m.fm_fs, &c0);
+	memset(&want, 0, sizeof(want));
+	want.st_mode = 0600;
+	assert_int_equal(shoal_setattr(m.fm_fs, &ctx, ino, &want, SHOAL_SET_MODE, &st), 0);
+	assert_int_equal(shoal_fsync(m.fm_fs, ino, 0), 0);
+	shoal_counters(m.fm_fs, &c1);
+	assert_int_equal(c1.sc_fast_commits - c0.sc_fast_commits, 1);
+	assert_int_equal(c1.sc_commits - c0.sc_commits, 0);
+	/* growing into new blocks: ordered data, a full commit */
+	shoal_counters(m.fm_fs, &c0);
+	assert_int_equal(shoal_write(m.fm_fs, &ctx, ino, data, 4096, sizeof(data), O_RDWR), 4096);
+	assert_int_equal(shoal_fsync(m.fm_fs, ino, 0), 0);
+	shoal_counters(m.fm_fs, &c1);
+	assert_int_equal(c1.sc_fast_commits - c0.sc_fast_commits, 0);
+	assert_int_equal(c1.sc_commits - c0.sc_commits, 1);
+	/* and once more a fast commit on top of it */
+	pattern(data + 3072, 1024, 999);
+	assert_int_equal(shoal_write(m.fm_fs, &ctx, ino, data + 3072, 1024, 3072, O_RDWR), 1024);
+	assert_int_equal(shoal_fsync(m.fm_fs, ino, 1), 0);
+	assert_int_equal(shoal_getattr(m.fm_fs, ino, &want), 0);
+	shoal_counters(m.fm_fs, &c1);
+	assert_true(c1.sc_fast_commits - c0.sc_fast_commits == 1);
+	crash(&m, 0); /* nothing unflushed survives */
+
+	struct shoal_fs *fs = mount_plain(img, SHOAL_NOATIME);
+	ino = lookup_in(fs, shoal_root(fs), "fc");
+	assert_int_equal(shoal_getattr(fs, ino, &st), 0);
+	assert_int_equal(st.st_size, sizeof(data) + 4096);
+	assert_int_equal(st.st_mode & 07777, 0600);
+	assert_int_equal(st.st_mtim.tv_sec, want.st_mtim.tv_sec);
+	assert_int_equal(st.st_mtim.tv_nsec, want.st_mtim.tv_nsec);
+	assert_int_equal(shoal_read(fs, ino, buf, sizeof(buf), 0, O_RDONLY), (ssize_t)sizeof(buf));
+	assert_memory_equal(buf, data, sizeof(data));
+	tc_check_tree(fs, 1);
+	assert_int_equal(shoal_unmount(fs), 0);
+	tu_rmimage(img);
+	tu_rmimage(base);
+}
+
 /* Raw comparison of two images outside the journals. */
 static void expect_same_blocks(const char *a, const char *b, const char *what)
 {
@@ -1509,6 +1590,7 @@ int main(void)
 		cmocka_unit_test(test_crash_points),
 		cmocka_unit_test(test_replay_idempotent),
 		cmocka_unit_test(test_fsync_after_evict),
+		cmocka_unit_test(test_fast_commit),
 		cmocka_unit_test(test_eio_journal_write),
 		cmocka_unit_test(test_eio_journal_flush),
 		cmocka_unit_test(test_eio_data_write),
