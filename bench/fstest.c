@@ -6,6 +6,9 @@
  *
  *	fstest prep FILE KIB             create FILE: KIB KiB written, fsync'ed
  *	fstest run FILE ITERATIONS SEED  the timed loop on the file prep made
+ *	fstest one FILE OFFSET           one 4 KiB pwrite at OFFSET, then fsync
+ *	                                 (the `wbcost` workload: what an fsync
+ *	                                 of a big file with one dirty block costs)
  *
  * The harness samples the device counters between the two, so they count
  * the loop alone.  Output of run, one "name value" per line on stdout:
@@ -203,18 +206,45 @@ static int do_run(const char *path, long iters, uint64_t seed)
 	return 0;
 }
 
+static int do_one(const char *path, uint64_t off)
+{
+	unsigned char buf[4096], back[4096];
+	int fd = open(path, O_RDWR | O_CLOEXEC);
+
+	if (fd < 0)
+		die("open", path);
+	for (size_t i = 0; i < sizeof(buf); i++)
+		buf[i] = (unsigned char)(prep_byte(off + i) ^ 0x5a);
+	if (pwrite(fd, buf, sizeof(buf), (off_t)off) != (ssize_t)sizeof(buf))
+		die("pwrite", path);
+	if (fsync(fd) < 0)
+		die("fsync", path);
+	if (pread(fd, back, sizeof(back), (off_t)off) != (ssize_t)sizeof(back))
+		die("pread", path);
+	if (memcmp(buf, back, sizeof(buf))) {
+		fprintf(stderr, PROG ": %s: the block at %llu reads back wrong\n", path,
+			(unsigned long long)off);
+		return 1;
+	}
+	close(fd);
+	return 0;
+}
+
 int main(int argc, char **argv)
 {
 	if (argc == 4 && strcmp(argv[1], "prep") == 0) {
 		long long kib = strtoll(argv[3], NULL, 10);
 		if (kib > 0)
 			return do_prep(argv[2], (uint64_t)kib);
+	} else if (argc == 4 && strcmp(argv[1], "one") == 0) {
+		return do_one(argv[2], strtoull(argv[3], NULL, 0) & ~4095ull);
 	} else if (argc == 5 && strcmp(argv[1], "run") == 0) {
 		long iters = strtol(argv[3], NULL, 10);
 		if (iters > 0)
 			return do_run(argv[2], iters, strtoull(argv[4], NULL, 0));
 	}
 	fprintf(stderr, "usage: " PROG " prep FILE KIB\n"
-			"       " PROG " run FILE ITERATIONS SEED\n");
+			"       " PROG " run FILE ITERATIONS SEED\n"
+			"       " PROG " one FILE OFFSET\n");
 	return 2;
 }

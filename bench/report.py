@@ -32,7 +32,8 @@ MIB = 1 << 20
 
 # Ratio columns: (header, {numerator variant: denominator variant}); a
 # variant's row shows its ratio in each column that names it.
-MAIN_COLS = [("vs ext4", {"shoal": "ext4", "shoal-cl": "ext4", "fuse-null": "ext4"}),
+MAIN_COLS = [("vs ext4", {"shoal": "ext4", "shoal-cl": "ext4", "fuse-null": "ext4",
+                          "shoal-cl2": "ext4"}),
              ("vs null", {"shoal": "fuse-null", "shoal-cl": "fuse-null"}),
              ("cl/shoal", {"shoal-cl": "shoal"})]
 CACHE_COLS = [("cl/shoal", {"shoal-cl": "shoal"})]
@@ -43,6 +44,7 @@ PP_COLS = [("vs ext4", {"shoal-cl": "ext4", "shoal-cl-hold0": "ext4"}),
 # on NUM's row; ("value", FS, op, bound) on every round's value of FS.
 T_EXT4 = lambda op, b: ("ratio", "shoal", "ext4", op, b)  # issue #2
 T_CL = lambda op, b: ("ratio", "shoal-cl", "shoal", op, b)  # issue #3: <= 10% worse
+T_CL2 = lambda op, b: ("ratio", "shoal-cl2", "ext4", op, b)  # issue #5: lock=shoal, 2nd node
 
 # Rows per workload: (metric, label, scale, format, targets).  scale divides
 # the raw value.  Metrics named shoal_* exist for shoal variants only.
@@ -88,12 +90,13 @@ SPECS = {
     ] + GL_ROWS("shoal_w_", ", write") + GL_ROWS("shoal_r_", ", read")),
     "fstest": (MAIN_COLS, [
         ("kib_s", "bandwidth KiB/s (app bytes / time)", 1, "%.1f",
-         [T_EXT4(">=", 1.0), T_CL(">=", 0.9)]),
+         [T_EXT4(">=", 1.0), T_CL(">=", 0.9), T_CL2(">=", 1.5)]),
         ("lat_avg_us", "iteration latency avg (us)", 1, "%.0f", []),
         ("lat_p99_us", "iteration latency p99 (us)", 1, "%.0f", []),
         ("dev_per_app", "device bytes written per app byte (loop)", 1, "%.2f",
-         [T_EXT4("<=", 2.0)]),
-        ("flushes_per_iter", "device flushes per iteration (loop)", 1, "%.2f", []),
+         [T_EXT4("<=", 2.0), T_CL2("<=", 1.0)]),
+        ("flushes_per_iter", "device flushes per iteration (loop)", 1, "%.2f",
+         [("value", "shoal-cl2", "<=", 1.1)]),
         ("wr_ios_per_iter", "device write requests per iteration (loop)", 1, "%.2f", []),
         ("umount_dev_per_app", "  ... per app byte, until unmounted", 1, "%.2f", []),
         ("shoal_dev_per_app", "shoal stat: dev_write_bytes per app byte", 1, "%.2f", []),
@@ -101,7 +104,45 @@ SPECS = {
         ("shoal_commits_per_iter", "shoal stat: commits per iteration", 1, "%.2f", []),
         ("shoal_fsyncs", "shoal stat: fsyncs", 1, "%.0f", []),
         ("shoal_fsync_noop", "shoal stat: fsync_noop", 1, "%.0f", []),
+        ("shoal_fast_commits", "shoal stat: fast_commits", 1, "%.0f", []),
     ] + GL_ROWS("shoal_", "")),
+    "mmext": (MAIN_COLS, [
+        ("u_mib_s", "unmap per hunk: MiB/s (fill + fsync)", 1, "%.1f", [T_CL2(">=", 0.9)]),
+        ("u_first_mib_s", "  first 64 MiB segment MiB/s", 1, "%.1f", []),
+        ("u_last_mib_s", "  last 64 MiB segment MiB/s", 1, "%.1f", []),
+        ("u_flat", "  last/first segment", 1, "%.3f",
+         [("value", "shoal-cl2", ">=", 0.9), ("value", "shoal", ">=", 0.9)]),
+        ("u_fsync_s", "  final fsync (s)", 1, "%.3f", []),
+        ("u_dev_per_app", "  device bytes written per app byte (loop)", 1, "%.2f", []),
+        ("u_wr_ios", "  device write requests (loop)", 1, "%.0f", []),
+        ("shoal_u_dev_writes", "  shoal stat: dev_writes", 1, "%.0f", []),
+        ("shoal_u_commits", "  shoal stat: commits", 1, "%.0f", []),
+        ("shoal_u_dev_flushes", "  shoal stat: dev_flushes", 1, "%.0f", []),
+        ("shoal_u_wb_visited", "  shoal stat: wb_visited", 1, "%.0f", []),
+        ("m_mib_s", "mremap, one mapping: MiB/s (fill + fsync)", 1, "%.1f", [T_CL2(">=", 0.5)]),
+        ("m_first_mib_s", "  first 64 MiB segment MiB/s", 1, "%.1f", []),
+        ("m_last_mib_s", "  last 64 MiB segment MiB/s", 1, "%.1f", []),
+        ("m_flat", "  last/first segment", 1, "%.3f", []),
+        ("m_fsync_s", "  final fsync (s)", 1, "%.3f", []),
+        ("m_dev_per_app", "  device bytes written per app byte (loop)", 1, "%.2f", []),
+        ("m_wr_ios", "  device write requests (loop)", 1, "%.0f", []),
+        ("shoal_m_dev_writes", "  shoal stat: dev_writes", 1, "%.0f", []),
+        ("shoal_m_commits", "  shoal stat: commits", 1, "%.0f", []),
+        ("umount_wr_bytes", "device MiB written until unmounted (both)", MIB, "%.1f", []),
+    ]),
+    "wbcost": (MAIN_COLS, [
+        ("wr_bytes", "device bytes written by the fsync of one 4 KiB block (loop)", 1, "%.0f", []),
+        ("wr_ios", "device write requests (loop)", 1, "%.0f", []),
+        ("flushes", "device flushes (loop)", 1, "%.0f", []),
+        ("shoal_dev_writes", "shoal stat: dev_writes", 1, "%.0f",
+         [("value", "shoal-cl2", "<=", 2), ("value", "shoal", "<=", 2)]),
+        ("shoal_dev_write_bytes", "shoal stat: dev_write_bytes", 1, "%.0f", []),
+        ("shoal_dev_flushes", "shoal stat: dev_flushes", 1, "%.0f", []),
+        ("shoal_commits", "shoal stat: commits", 1, "%.0f", []),
+        ("shoal_fast_commits", "shoal stat: fast_commits", 1, "%.0f", []),
+        ("shoal_wb_visited", "shoal stat: wb_visited", 1, "%.0f", []),
+        ("shoal_wb_written", "shoal stat: wb_written", 1, "%.0f", []),
+    ]),
     "cache": (CACHE_COLS, [
         ("shoal_p2_gl_requests", "pass 2 (echo 1): gl_requests", 1, "%.0f",
          [("value", "shoal-cl", "==", 0)]),
@@ -138,7 +179,7 @@ SPECS = {
         ("shoal_dev_flushes_per_append", "shoal stat a+b: dev_flushes per append", 1, "%.2f", []),
     ]),
 }
-FS_ORDER = ("ext4", "fuse-null", "shoal", "shoal-cl", "shoal-cl-hold0")
+FS_ORDER = ("ext4", "fuse-null", "shoal", "shoal-cl", "shoal-cl2", "shoal-cl-hold0")
 
 
 def fmt(spec_fmt, scale, v):

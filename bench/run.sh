@@ -42,7 +42,8 @@ usage() {
 usage: bench/run.sh [--rounds N] [--quick] [--dir DIR] [--fs LIST] [--appends N]
                     [--shoal-on-file] [WORKLOAD...]
 
-Runs each WORKLOAD (default: all of meta seq fstest cache pingpong lockd)
+Runs each WORKLOAD (default: all of meta seq fstest cache pingpong lockd;
+mmext and wbcost run only when named)
 N rounds (default 3; 1 with --quick) and prints medians and ratios.
   meta               on each variant of --fs
   seq, fstest        on each variant of --fs but fuse-null
@@ -51,9 +52,13 @@ N rounds (default 3; 1 with --quick) and prints medians and ratios.
                      the default hold time and with hold=0; ext4 reference)
   lockd              shoal-lockd lock+unlock round trips against a bare
                      Unix-socket echo, at least 3 rounds
+  mmext              seeds/003: a file grown by ftruncate + mmap hunks, then
+                     by one mapping grown with mremap
+  wbcost             fsync of one dirty 4 KiB block of a big file
   --quick          smaller sizes, for a smoke run of everything in about 2 minutes
   --fs LIST        comma-separated variants among ext4, shoal (lock=nolock),
                    shoal-cl (lock=shoal, one node, own shoal-lockd),
+                   shoal-cl2 (shoal-cl with a second, idle node mounted),
                    fuse-null (meta only: bench/nullfs.c, the FUSE floor); default
                    \$SHOAL_BENCH_FS or ext4,fuse-null,shoal,shoal-cl.  pingpong runs its
                    two cluster variants if shoal-cl is in LIST, ext4 if ext4 is
@@ -99,7 +104,7 @@ while [ $# -gt 0 ]; do
 		;;
 	--shoal-on-file) shoal_on_file=1; shift ;;
 	-h | --help) usage; exit 0 ;;
-	meta | seq | fstest | cache | pingpong | lockd) workloads+=("$1"); shift ;;
+	meta | seq | fstest | cache | pingpong | lockd | mmext | wbcost) workloads+=("$1"); shift ;;
 	*) echo "bench/run.sh: unknown argument $1" >&2; usage >&2; exit 2 ;;
 	esac
 done
@@ -108,12 +113,12 @@ done
 # The selected variants, in the canonical order (the rounds rotate it).
 for v in ${fs_list//,/ }; do
 	case $v in
-	ext4 | shoal | shoal-cl | fuse-null) ;;
-	*) echo "bench/run.sh: --fs: unknown variant '$v' (ext4, shoal, shoal-cl, fuse-null)" >&2; exit 2 ;;
+	ext4 | shoal | shoal-cl | shoal-cl2 | fuse-null) ;;
+	*) echo "bench/run.sh: --fs: unknown variant '$v' (ext4, shoal, shoal-cl, shoal-cl2, fuse-null)" >&2; exit 2 ;;
 	esac
 done
 sel_fses=()
-for v in ext4 fuse-null shoal shoal-cl; do
+for v in ext4 fuse-null shoal shoal-cl shoal-cl2; do
 	[[ ",$fs_list," != *",$v,"* ]] || sel_fses+=("$v")
 done
 [ ${#sel_fses[@]} -gt 0 ] || { echo "bench/run.sh: --fs selects nothing" >&2; exit 2; }
@@ -132,6 +137,7 @@ else
 	pp_appends=${pp_appends:-2000}
 fi
 fst_kib=8192 # the 8 MiB file of seeds/001
+if [ "$quick" = 1 ]; then mmx_mib=256; wbc_mib=256; else mmx_mib=1024; wbc_mib=1024; fi
 fst_seed=1
 cache_mib=64 # the file the cache workload reads twice
 img_size=4G
@@ -173,7 +179,7 @@ if [ -x "$build/fsck.shoal" ]; then cp "$build/fsck.shoal" "$bin/"; fi
 shoal_rev="$(git -C "$shoal_top" rev-parse --short HEAD 2>/dev/null || echo unknown)$(
 	git -C "$shoal_top" diff --quiet HEAD 2>/dev/null || echo ' + uncommitted changes'), built $(
 	date -r "$build/shoal-mount" '+%Y-%m-%d %H:%M:%S')$build_note"
-for p in metabench seqio fstest pingpong; do
+for p in metabench seqio fstest pingpong mmext; do
 	cc -O2 -Wall -Wextra -Werror -D_GNU_SOURCE -o "$bin/$p" "$bench/$p.c"
 done
 # shellcheck disable=SC2046
@@ -186,9 +192,11 @@ cc -O2 -Wall -Wextra -Wno-unused-parameter -Werror -D_GNU_SOURCE -o "$bin/nullfs
 # at a time.
 
 declare -A mnt=([ext4]=$dir/mnt-ext4 [shoal]=$dir/mnt-shoal [shoal-cl]=$dir/mnt-shoal-cl
-	[fuse-null]=$dir/mnt-fuse-null
+	[fuse-null]=$dir/mnt-fuse-null [shoal-cl2]=$dir/mnt-shoal-cl2
 	[shoal-cl-hold0]=$dir/mnt-shoal-cl)
+cl2_idle=$dir/mnt-shoal-cl2-idle # shoal-cl2: the second node, mounted and idle
 declare -A img=([ext4]=$dir/ext4.img [shoal]=$dir/shoal.img [shoal-cl]=$dir/shoal-cl.img
+	[shoal-cl2]=$dir/shoal-cl2.img
 	[shoal-cl-hold0]=$dir/shoal-cl.img)
 declare -A loopdev=() # FS -> its loop device, while set up
 declare -A dev=()     # FS -> what it is mounted from
@@ -288,12 +296,13 @@ fs_teardown() {
 
 cleanup() {
 	fs_teardown shoal-cl-hold0
+	fs_teardown shoal-cl2
 	fs_teardown shoal-cl
 	fs_teardown shoal
 	fs_teardown ext4
 	fs_teardown fuse-null
 	lockd_teardown
-	rmdir "${mnt[ext4]}" "${mnt[shoal]}" "${mnt[shoal-cl]}" "${mnt[fuse-null]}" "$pp_mnt_a" "$pp_mnt_b" "$dir" 2>/dev/null || true
+	rmdir "${mnt[ext4]}" "${mnt[shoal]}" "${mnt[shoal-cl]}" "${mnt[fuse-null]}" "${mnt[shoal-cl2]}" "$cl2_idle" "$pp_mnt_a" "$pp_mnt_b" "$dir" 2>/dev/null || true
 	rm -rf "$work"
 }
 trap cleanup EXIT
@@ -460,6 +469,10 @@ fs_make() {
 		if [ "$cur_w" = pingpong ]; then
 			shoal_mount "$fs" "$pp_mnt_a" "$(cl_opts "$fs" a)" &&
 				shoal_mount "$fs" "$pp_mnt_b" "$(cl_opts "$fs" b)"
+		elif [ "$fs" = shoal-cl2 ]; then
+			mkdir -p "$cl2_idle"
+			shoal_mount "$fs" "${mnt[$fs]}" "$(cl_opts "$fs" bench)" &&
+				shoal_mount "$fs" "$cl2_idle" "$(cl_opts "$fs" idle)"
 		else
 			shoal_mount "$fs" "${mnt[$fs]}" "$(cl_opts "$fs" bench)"
 		fi || {
@@ -658,8 +671,60 @@ wl_fstest() {
 	emit_delta "$fs" "$r" shoal_commits_per_iter "$work/base" "$work/after" shoal_commits "$fst_iters"
 	emit_delta "$fs" "$r" shoal_fsyncs "$work/base" "$work/after" shoal_fsyncs
 	emit_delta "$fs" "$r" shoal_fsync_noop "$work/base" "$work/after" shoal_fsync_noop
+	emit_delta "$fs" "$r" shoal_fast_commits "$work/base" "$work/after" shoal_fast_commits
 	emit_gl "$fs" "$r" shoal_ "$work/base" "$work/after"
 	say "  round $r $fs: $(field "$o" kib_s) KiB/s, latency avg $(field "$o" lat_avg_us)us p99 $(field "$o" lat_p99_us)us; device $(dv "$work/base" "$work/after" loop_wr_bytes) bytes written, $(dv "$work/base" "$work/after" loop_flushes) flushes for $app application bytes"
+}
+
+wl_mmext_describe() {
+	meta workload "mmext - seeds/003: a file grown to $mmx_mib MiB in 2 MiB hunks (ftruncate by 2 MiB, map the new hunk shared and writable, fill it, unmap), then fsync; then the same on a new file with one mapping of the whole file grown by mremap (bench/mmext.c; the files are read back and checked)"
+	meta "cache" "warm; sync before each pass; counters cover each pass"
+	meta "target" "unmap: last 64 MiB segment >= 0.9x the first (flat), throughput shoal-cl2/ext4 >= 0.9; mremap: throughput shoal-cl2/ext4 >= 0.5"
+}
+
+wl_mmext() {
+	local fs=$1 r=$2 o=$work/mmext.out p m
+	for p in unmap mremap; do
+		sync
+		sample "$fs" "$work/base"
+		runprog "$fs" "$r" "$o" "$bin/mmext" "${mnt[$fs]}/mmext-$p.dat" "$mmx_mib" 2 "$p" || return 1
+		sample "$fs" "$work/after"
+		local x=${p:0:1}
+		for m in mib_s first_mib_s last_mib_s flat fill_s fsync_s; do
+			emit "$fs" "$r" "${x}_$m" "$(field "$o" "$m")"
+		done
+		emit_delta "$fs" "$r" "${x}_dev_per_app" "$work/base" "$work/after" loop_wr_bytes $((mmx_mib << 20))
+		emit_delta "$fs" "$r" "${x}_wr_ios" "$work/base" "$work/after" loop_wr_ios
+		emit_delta "$fs" "$r" "shoal_${x}_dev_per_app" "$work/base" "$work/after" shoal_dev_write_bytes $((mmx_mib << 20))
+		emit_delta "$fs" "$r" "shoal_${x}_dev_writes" "$work/base" "$work/after" shoal_dev_writes
+		emit_delta "$fs" "$r" "shoal_${x}_commits" "$work/base" "$work/after" shoal_commits
+		emit_delta "$fs" "$r" "shoal_${x}_dev_flushes" "$work/base" "$work/after" shoal_dev_flushes
+		emit_delta "$fs" "$r" "shoal_${x}_wb_visited" "$work/base" "$work/after" shoal_wb_visited
+		say "  round $r $fs $p: $(field "$o" mib_s) MiB/s (segments: first $(field "$o" first_mib_s), last $(field "$o" last_mib_s) MiB/s, flat $(field "$o" flat); fsync $(field "$o" fsync_s)s); device $(dv "$work/base" "$work/after" loop_wr_bytes) bytes in $(dv "$work/base" "$work/after" loop_wr_ios) writes"
+		rm -f "${mnt[$fs]}/mmext-$p.dat"
+	done
+}
+
+wl_wbcost_describe() {
+	meta workload "wbcost - a $wbc_mib MiB file written and fsync'ed (not measured), then one 4 KiB pwrite in its middle and an fsync (bench/fstest.c one): what writing back one dirty block of a big file costs"
+	meta "target" "shoal: the fsync writes the one data block and at most one journal commit (device writes <= 2: the block and one log write; commits + fast_commits <= 1)"
+}
+
+wl_wbcost() {
+	local fs=$1 r=$2 o=$work/wbcost.out f=${mnt[$1]}/wbcost.dat
+	runprog "$fs" "$r" "$o" "$bin/fstest" prep "$f" $((wbc_mib * 1024)) || return 1
+	sync
+	sample "$fs" "$work/base"
+	runprog "$fs" "$r" "$o" "$bin/fstest" one "$f" $((wbc_mib << 19)) || return 1
+	sample "$fs" "$work/after"
+	emit_delta "$fs" "$r" wr_bytes "$work/base" "$work/after" loop_wr_bytes
+	emit_delta "$fs" "$r" wr_ios "$work/base" "$work/after" loop_wr_ios
+	emit_delta "$fs" "$r" flushes "$work/base" "$work/after" loop_flushes
+	local m
+	for m in dev_writes dev_write_bytes dev_flushes commits fast_commits wb_visited wb_written; do
+		emit_delta "$fs" "$r" "shoal_$m" "$work/base" "$work/after" "shoal_$m"
+	done
+	say "  round $r $fs: one 4 KiB block of a $wbc_mib MiB file fsync'ed: device $(dv "$work/base" "$work/after" loop_wr_bytes) bytes in $(dv "$work/base" "$work/after" loop_wr_ios) writes, $(dv "$work/base" "$work/after" loop_flushes) flushes; shoal: $(dv "$work/base" "$work/after" shoal_dev_writes) writes, $(dv "$work/base" "$work/after" shoal_commits) commits, $(dv "$work/base" "$work/after" shoal_fast_commits) fast commits"
 }
 
 wl_cache_describe() {
@@ -789,7 +854,7 @@ run_one() {
 			sample "$fs" "$work/unmounted"
 			case $w in
 			fstest) emit_delta "$fs" "$r" umount_dev_per_app "$work/base" "$work/unmounted" loop_wr_bytes $((fst_iters * 1024)) ;;
-			meta | seq) emit_delta "$fs" "$r" umount_wr_bytes "$work/base" "$work/unmounted" loop_wr_bytes ;;
+			meta | seq | mmext) emit_delta "$fs" "$r" umount_wr_bytes "$work/base" "$work/unmounted" loop_wr_bytes ;;
 			esac
 			if is_shoal "$fs" && [ -x "$bin/fsck.shoal" ]; then
 				local frc=0
@@ -820,6 +885,9 @@ run_workload() {
 		done
 		;;
 	*) for fs in "${sel_fses[@]}"; do [ "$fs" = fuse-null ] || fses+=("$fs"); done ;;
+	# pingpong and cache have their own lists above; shoal-cl2 (a second,
+	# idle node) is for the issue-5 workloads, and is skipped by the others
+	# only if not asked for.
 	esac
 	if [ ${#fses[@]} = 0 ]; then
 		echo "== $w: skipped, none of its variants is selected (--fs $fs_list) =="
