@@ -1,10 +1,12 @@
 /*
- * nullfs.c - the FUSE floor of the `meta` workload: a FUSE daemon that keeps
- * names in memory and does nothing else, mounted with shoal-mount's FUSE
+ * nullfs.c - the FUSE floor of the `meta` and `fstest` workloads: a FUSE
+ * daemon that keeps names and file bytes in memory and does nothing else
+ * (fsync is a no-op: nothing is durable), mounted with shoal-mount's FUSE
  * settings (low-level API, multithreaded loop, the same entry and attribute
- * timeouts as lock=nolock, keep_cache, noflush).  bench/run.sh runs metabench
- * on it as the `fuse-null` variant, so each table shows how much of shoal's
- * time is the kernel's request round trips, which no FUSE filesystem avoids.
+ * timeouts as lock=nolock, keep_cache, noflush).  bench/run.sh runs the
+ * workloads on it as the `fuse-null` variant, so each table shows how much
+ * of shoal's time is the kernel's request round trips, which no FUSE
+ * filesystem avoids.
  *
  *	nullfs MOUNTPOINT        (foreground; unmount with fusermount3 -u)
  *
@@ -36,6 +38,8 @@ struct node {
 	char *n_name;
 	mode_t n_mode;
 	uint64_t n_lookups;  /* kernel references */
+	uint8_t *n_data;     /* file bytes */
+	uint64_t n_size, n_cap;
 	struct node *n_hnext; /* name hash chain */
 	struct node *n_inext; /* ino hash chain */
 };
@@ -84,6 +88,7 @@ static void free_node(struct node *n)
 		pp = &(*pp)->n_inext;
 	*pp = n->n_inext;
 	free(n->n_name);
+	free(n->n_data);
 	free(n);
 }
 
@@ -96,6 +101,8 @@ static void fill_attr(const struct node *n, struct stat *st)
 	st->st_uid = getuid();
 	st->st_gid = getgid();
 	st->st_blksize = 4096;
+	st->st_size = (off_t)n->n_size;
+	st->st_blocks = (blkcnt_t)((n->n_size + 511) / 512);
 }
 
 static void reply_node(fuse_req_t req, struct node *n)
@@ -253,6 +260,106 @@ static void nf_getattr(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi
 		fuse_reply_err(req, ENOENT);
 }
 
+/* Grow n to hold size bytes (zeros); 0 or ENOMEM.  nf_lock held. */
+static int set_size(struct node *n, uint64_t size)
+{
+	if (size > n->n_cap) {
+		uint64_t cap = n->n_cap ? n->n_cap : 65536;
+		while (cap < size)
+			cap *= 2;
+		uint8_t *d = realloc(n->n_data, cap);
+		if (!d)
+			return ENOMEM;
+		memset(d + n->n_cap, 0, cap - n->n_cap);
+		n->n_data = d;
+		n->n_cap = cap;
+	}
+	if (size < n->n_size)
+		memset(n->n_data + size, 0, n->n_size - size);
+	n->n_size = size;
+	return 0;
+}
+
+static void nf_write(fuse_req_t req, fuse_ino_t ino, const char *buf, size_t size, off_t off,
+		     struct fuse_file_info *fi)
+{
+	struct node *n;
+	int err = ENOENT;
+
+	pthread_mutex_lock(&nf_lock);
+	n = by_ino(ino);
+	if (n && (uint64_t)off + size > n->n_size)
+		err = set_size(n, (uint64_t)off + size);
+	else if (n)
+		err = 0;
+	if (!err)
+		memcpy(n->n_data + off, buf, size);
+	pthread_mutex_unlock(&nf_lock);
+	if (err)
+		fuse_reply_err(req, err);
+	else
+		fuse_reply_write(req, size);
+}
+
+static void nf_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
+		    struct fuse_file_info *fi)
+{
+	struct node *n;
+	uint8_t *copy = NULL;
+	size_t len = 0;
+
+	pthread_mutex_lock(&nf_lock);
+	n = by_ino(ino);
+	if (n && (uint64_t)off < n->n_size) {
+		len = n->n_size - (uint64_t)off < size ? (size_t)(n->n_size - (uint64_t)off) : size;
+		copy = malloc(len);
+		if (copy)
+			memcpy(copy, n->n_data + off, len);
+	}
+	pthread_mutex_unlock(&nf_lock);
+	if (!n)
+		fuse_reply_err(req, ENOENT);
+	else if (len && !copy)
+		fuse_reply_err(req, ENOMEM);
+	else
+		fuse_reply_buf(req, (const char *)copy, len);
+	free(copy);
+}
+
+static void nf_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr, int to_set,
+		       struct fuse_file_info *fi)
+{
+	struct node *n;
+	struct stat st;
+	int err = ENOENT;
+
+	pthread_mutex_lock(&nf_lock);
+	n = by_ino(ino);
+	if (n) {
+		err = to_set & FUSE_SET_ATTR_SIZE ? set_size(n, (uint64_t)attr->st_size) : 0;
+		if (!err && (to_set & FUSE_SET_ATTR_MODE))
+			n->n_mode = (n->n_mode & S_IFMT) | (attr->st_mode & 07777);
+		fill_attr(n, &st);
+	}
+	pthread_mutex_unlock(&nf_lock);
+	if (err)
+		fuse_reply_err(req, err);
+	else
+		fuse_reply_attr(req, &st, TIMEOUT);
+}
+
+static void nf_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
+{
+	fi->keep_cache = 1;
+	fi->noflush = 1;
+	fuse_reply_open(req, fi);
+}
+
+static void nf_fsync(fuse_req_t req, fuse_ino_t ino, int datasync, struct fuse_file_info *fi)
+{
+	fuse_reply_err(req, 0); /* nothing is durable here: the round trip alone */
+}
+
 static void nf_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
 	fuse_reply_err(req, 0);
@@ -278,6 +385,11 @@ static const struct fuse_lowlevel_ops nf_ops = {
 	.unlink = remove_name,
 	.rmdir = remove_name,
 	.create = nf_create,
+	.open = nf_open,
+	.read = nf_read,
+	.write = nf_write,
+	.setattr = nf_setattr,
+	.fsync = nf_fsync,
 	.release = nf_release,
 	.opendir = nf_opendir,
 	.readdir = nf_readdir,

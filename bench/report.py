@@ -228,7 +228,9 @@ def report_table(workload, vals, failed, rounds, fses):
         # fuse-null has no device and no shoal counters: time rows only
         rfses = [fs for fs in fses
                  if not (metric.startswith("shoal_") and fs == "ext4")
-                 and not (fs == "fuse-null" and not metric.endswith("_s"))]
+                 and not (fs == "fuse-null" and
+                          (metric.startswith("shoal_") or
+                           any(k in metric for k in ("dev", "wr_", "flush", "umount"))))]
         if not any((fs, metric) in vals for fs in rfses):
             continue  # not measured in this run (older raw file, no loop device)
         med = {}

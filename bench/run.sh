@@ -45,8 +45,8 @@ usage: bench/run.sh [--rounds N] [--quick] [--dir DIR] [--fs LIST] [--appends N]
 Runs each WORKLOAD (default: all of meta seq fstest cache pingpong lockd;
 mmext and wbcost run only when named)
 N rounds (default 3; 1 with --quick) and prints medians and ratios.
-  meta               on each variant of --fs
-  seq, fstest        on each variant of --fs but fuse-null
+  meta, fstest       on each variant of --fs
+  seq, mmext, wbcost on each variant of --fs but fuse-null
   cache              shoal and shoal-cl: lock requests of a re-read (must be 0)
   pingpong           two nodes appending to one file in turn (shoal-cl with
                      the default hold time and with hold=0; ext4 reference)
@@ -59,7 +59,7 @@ N rounds (default 3; 1 with --quick) and prints medians and ratios.
   --fs LIST        comma-separated variants among ext4, shoal (lock=nolock),
                    shoal-cl (lock=shoal, one node, own shoal-lockd),
                    shoal-cl2 (shoal-cl with a second, idle node mounted),
-                   fuse-null (meta only: bench/nullfs.c, the FUSE floor); default
+                   fuse-null (meta and fstest: bench/nullfs.c, the FUSE floor); default
                    \$SHOAL_BENCH_FS or ext4,fuse-null,shoal,shoal-cl.  pingpong runs its
                    two cluster variants if shoal-cl is in LIST, ext4 if ext4 is
   --appends N      pingpong appends per run (default 2000; 300 with --quick)
@@ -875,7 +875,7 @@ run_workload() {
 	cache)
 		for fs in "${sel_fses[@]}"; do ! is_shoal "$fs" || fses+=("$fs"); done
 		;;
-	meta) fses=("${sel_fses[@]}") ;;
+	meta | fstest) fses=("${sel_fses[@]}") ;;
 	pingpong)
 		for fs in "${sel_fses[@]}"; do
 			case $fs in
