@@ -19,6 +19,7 @@
 
 struct glock;
 struct gl_table;
+struct gl_tracer;
 
 /* --- buffer cache (buf.c) ---------------------------------------------- */
 
@@ -134,6 +135,7 @@ struct shoal_fs {
 
 	struct shoal_counters fs_ctr; /* fs_lock (read without it: racy is fine) */
 	struct gl_table *fs_gl;       /* glock cache (glock.c, its own mutex) */
+	struct gl_tracer *fs_tr;      /* glock trace subscribers (gltrace.c, own mutex) */
 	const struct lm_ops *fs_lm;   /* lock module */
 	int fs_cluster;               /* several nodes may mount (lm_cluster) */
 	uint32_t fs_jid;              /* this node's journal */

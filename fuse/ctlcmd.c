@@ -42,6 +42,9 @@ static const struct {
 	COUNTER(gl_rtt_us),
 	COUNTER(recoveries),
 	COUNTER(corrupt),
+	COUNTER(atime_written),
+	COUNTER(atime_deferred),
+	COUNTER(atime_dropped),
 };
 #define COUNTER_COUNT (sizeof(counter_names) / sizeof(counter_names[0]))
 _Static_assert(COUNTER_COUNT * sizeof(uint64_t) == sizeof(struct shoal_counters),
@@ -88,7 +91,7 @@ static int cmd_status(void *arg, const char *args, FILE *out)
 static int cmd_glocks(void *arg, const char *args, FILE *out)
 {
 	struct smount *sm = arg;
-	return shoal_dump_glocks(sm->sm_fs, out);
+	return shoal_dump_glocks(sm->sm_fs, out, NULL);
 }
 
 const struct ctl_cmd smount_ctl_cmds[] = {

@@ -854,7 +854,7 @@ static void test_concurrent_alloc(void **state)
 				AL_DEADLINE_S);
 			for (int n = 0; n < MAXN; n++) {
 				fprintf(stderr, "  --- node %d\n", n);
-				shoal_dump_glocks(c.c_fs[n], stderr);
+				shoal_dump_glocks(c.c_fs[n], stderr, NULL);
 			}
 			fail_msg("deadlock: worker %d (node %d) has not finished after %d s", i,
 				 w[i].node, AL_DEADLINE_S);
