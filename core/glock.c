@@ -1069,13 +1069,13 @@ static void dump_holder(FILE *m, const struct gl_holder *gh, uint64_t now)
 }
 
 /* Write the text made under gt_mutex (9), then free it. */
-static int flush_text(FILE *m, char *text, size_t len, FILE *out, int err)
+static int flush_text(FILE *m, char **text, size_t *len, FILE *out, int err)
 {
-	if (m && fclose(m))
+	if (fclose(m)) /* sets *text and *len */
 		err = -ENOMEM;
-	if (!err && text && fwrite(text, 1, len, out) != len)
+	if (!err && *text && fwrite(*text, 1, *len, out) != *len)
 		err = -EIO;
-	free(text);
+	free(*text);
 	return err;
 }
 
@@ -1114,7 +1114,7 @@ int shoal_dump_glocks(struct shoal_fs *fs, FILE *out, const struct glfilter *fil
 	}
 	pthread_mutex_unlock(&gt->gt_mutex);
 	free(v);
-	return flush_text(m, text, len, out, v ? 0 : -ENOMEM);
+	return flush_text(m, &text, &len, out, v ? 0 : -ENOMEM);
 }
 
 static const char *type_name(uint32_t type)
@@ -1221,5 +1221,5 @@ int shoal_dump_glstats(struct shoal_fs *fs, FILE *out, const struct glfilter *fi
 	}
 	pthread_mutex_unlock(&gt->gt_mutex);
 	free(v);
-	return flush_text(m, text, len, out, v ? 0 : -ENOMEM);
+	return flush_text(m, &text, &len, out, v ? 0 : -ENOMEM);
 }
