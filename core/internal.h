@@ -79,6 +79,12 @@ struct shoal_inode {
 	int i_freed;            /* destroyed: out of the hash, blocks freed */
 	struct glock *i_gl;     /* its inode glock (cache generation) */
 	uint64_t i_gen;         /* i_gl's generation the dinode was read at */
+	/* A read's atime update the node could not write (its glock only SH):
+	 * shown by stat here, written with the inode's next transaction
+	 * (inode_dirty), dropped when the dinode is read again or the inode
+	 * leaves memory (docs/LOCKING.md "atime").  fs_lock. */
+	int i_atime_pending;
+	struct shoal_ts i_atime_pend;
 	/* Held shared while data moves outside fs_lock (reads), exclusive
 	 * while blocks are freed from under the mapping (truncate, punch).
 	 * Lock order: i_iolock before fs_lock. */
@@ -246,6 +252,12 @@ void inode_free_orphans(struct shoal_fs *fs);
 void inode_dirty(struct shoal_fs *fs, struct shoal_inode *ip, int dsync);
 void inode_stat(struct shoal_fs *fs, struct shoal_inode *ip, struct stat *st);
 void inode_touch(struct shoal_inode *ip, int atime, int mtime, int ctime);
+/* The atime stat shows: the dinode's, or a newer one kept in memory. */
+struct shoal_ts inode_atime(struct shoal_inode *ip);
+/* Keep a read's atime update (now) in memory: the glock is only SH. */
+void inode_atime_defer(struct shoal_fs *fs, struct shoal_inode *ip);
+/* Forget a kept atime update, counting it as dropped. */
+void inode_atime_drop(struct shoal_fs *fs, struct shoal_inode *ip);
 /* Free the inode's blocks and the dinode (nlink 0, unused). */
 int inode_destroy(struct shoal_fs *fs, struct shoal_inode *ip);
 /* Called when nlink, nlookup or i_open may have reached zero. */
@@ -312,6 +324,10 @@ int perm_check(struct shoal_inode *ip, int mask);
 int perm_owner(struct shoal_inode *ip);
 /* removing ip from dp under the sticky rule: 0 or -EPERM */
 int perm_sticky(struct shoal_inode *dp, struct shoal_inode *ip);
+
+/* ops.c: unmount of a cluster node: write the atime updates kept in memory
+ * where a try-lock EX gets the glock, drop the others. */
+void ops_flush_atime(struct shoal_fs *fs);
 
 /* xattr.c */
 int xattr_set(struct shoal_fs *fs, struct shoal_inode *ip, const char *name, const void *value,

@@ -260,7 +260,8 @@ int64_t shoal_lseek(struct shoal_fs *fs, uint64_t ino, uint64_t off, int whence)
  * back into libshoal.
  */
 typedef int (*shoal_fill_fn)(void *arg, const char *name, const struct stat *st, uint64_t next_off);
-int shoal_readdir(struct shoal_fs *fs, uint64_t ino, uint64_t off, shoal_fill_fn fill,
+/* flags: the directory's open flags (O_NOATIME is honoured). */
+int shoal_readdir(struct shoal_fs *fs, uint64_t ino, uint64_t off, int flags, shoal_fill_fn fill,
 		  void *arg);
 
 int shoal_statfs(struct shoal_fs *fs, struct statvfs *sv);
