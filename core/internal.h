@@ -63,6 +63,8 @@ struct shoal_rgd {
 	uint32_t rd_last;    /* next-fit cursor */
 	struct glock *rd_gl; /* its glock (type 3, number rd_addr) */
 	uint64_t rd_gen;     /* rd_gl's generation rd_free was read at */
+	uint32_t rd_statfs_free; /* fs_lock: its home copy's count at the last statfs read */
+	int rd_statfs_valid;     /* ... and the group was not this node's then */
 };
 
 /* --- inodes (inode.c) --------------------------------------------------- */
@@ -150,7 +152,6 @@ struct shoal_fs {
 	uint64_t *fs_orphans;         /* fs_lock: unlinked inodes to free later */
 	uint32_t fs_norphans, fs_orphans_cap;
 	uint64_t fs_statfs_ns;        /* statfs: when other groups were last read */
-	uint64_t fs_statfs_free;
 };
 
 struct gl_ops;
