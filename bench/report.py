@@ -2,8 +2,8 @@
 """report.py - turns the raw results of one workload of bench/run.sh into
 the table it prints: every round's value per variant, the median, the
 ratios of the medians (shoal/ext4 and shoal-cl/ext4, shoal-cl/shoal; for
-pingpong hold=0 against the default hold time) and, where an issue sets
-one, the target with PASS or MISS.  The verdicts are information only; the
+pingpong hold=0 against the default hold time; for mmread N shoal nodes
+against N ext4 processes) and, where an issue sets one, the target with PASS or MISS.  The verdicts are information only; the
 exit status is 0 unless the raw file cannot be read.
 
     report.py RAWFILE
@@ -39,12 +39,44 @@ MAIN_COLS = [("vs ext4", {"shoal": "ext4", "shoal-cl": "ext4", "fuse-null": "ext
 CACHE_COLS = [("cl/shoal", {"shoal-cl": "shoal"})]
 PP_COLS = [("vs ext4", {"shoal-cl": "ext4", "shoal-cl-hold0": "ext4"}),
            ("hold0/hold", {"shoal-cl-hold0": "shoal-cl"})]
+MM_COLS = [("vs ext4", {"shoal-cl": "ext4"})]
 
 # Targets: ("ratio", NUM, DEN, op, bound) on the ratio of the medians, shown
 # on NUM's row; ("value", FS, op, bound) on every round's value of FS.
 T_EXT4 = lambda op, b: ("ratio", "shoal", "ext4", op, b)  # issue #2
 T_CL = lambda op, b: ("ratio", "shoal-cl", "shoal", op, b)  # issue #3: <= 10% worse
 T_CL2 = lambda op, b: ("ratio", "shoal-cl2", "ext4", op, b)  # issue #5: lock=shoal, 2nd node
+T_MM = lambda op, b: ("ratio", "shoal-cl", "ext4", op, b)  # issue #4: N nodes against N processes
+
+
+def mm_rows():
+    """mmread (issue #4): per mode and N, the wall time (targets: iter <= 2x
+    ext4 at N = 4, once <= 1.2x), then the file's lock counters (0 EX
+    requests and 0 callbacks in every round)."""
+    rows = []
+    for mode, what in (("iter", "mmap per iteration"), ("once", "one mmap per process")):
+        for n in (1, 2, 4):
+            t = []
+            if mode == "once" or n == 4:
+                t = [T_MM("<=", 2.0 if mode == "iter" else 1.2)]
+            rows.append(("%s_n%d_wall_s" % (mode, n), "%s, N=%d: wall time (s)" % (what, n),
+                         1, "%.3f", t))
+        for n in (1, 2, 4):
+            rows.append(("%s_n%d_ops_s" % (mode, n), "  N=%d: iterations per second" % n,
+                         1, "%.0f", []))
+        for n in (1, 2, 4):
+            rows.append(("%s_n%d_rd_bytes" % (mode, n), "  N=%d: device MiB read (loop)" % n,
+                         MIB, "%.1f", []))
+        for n in (1, 2, 4):
+            rows.append(("shoal_%s_n%d_file_ex" % (mode, n),
+                         "  N=%d: EX requests for the file (all nodes)" % n, 1, "%.0f",
+                         [("value", "shoal-cl", "==", 0)]))
+            rows.append(("shoal_%s_n%d_file_cb" % (mode, n),
+                         "  N=%d: callbacks for the file (all nodes)" % n, 1, "%.0f",
+                         [("value", "shoal-cl", "==", 0)]))
+            rows.append(("shoal_%s_n%d_file_req" % (mode, n),
+                         "  N=%d: lock requests for the file (all nodes)" % n, 1, "%.0f", []))
+    return rows
 
 # Rows per workload: (metric, label, scale, format, targets).  scale divides
 # the raw value.  Metrics named shoal_* exist for shoal variants only.
@@ -178,6 +210,7 @@ SPECS = {
         ("shoal_commits_per_append", "shoal stat a+b: commits per append", 1, "%.2f", []),
         ("shoal_dev_flushes_per_append", "shoal stat a+b: dev_flushes per append", 1, "%.2f", []),
     ]),
+    "mmread": (MM_COLS, mm_rows()),
 }
 FS_ORDER = ("ext4", "fuse-null", "shoal", "shoal-cl", "shoal-cl2", "shoal-cl-hold0")
 

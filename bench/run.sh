@@ -9,9 +9,9 @@
 # measured.
 #
 #   bench/run.sh [--rounds N] [--quick] [--dir DIR] [--fs LIST] [--appends N]
-#                [--shoal-on-file] [WORKLOAD...]
+#                [--mmread-cache warm|cold] [--shoal-on-file] [WORKLOAD...]
 #
-# WORKLOAD is meta, seq, fstest, cache, pingpong or lockd (default: all six;
+# WORKLOAD is meta, seq, fstest, cache, pingpong, mmread or lockd (default: all seven;
 # lockd is the lock manager's round trips against a bare Unix-socket echo,
 # see the "lockd" section below).  Results go to stdout and to
 # bench/results/DATE-WORKLOAD.txt.  Exit status: 0 when every run completed
@@ -40,9 +40,9 @@ bench=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 usage() {
 	cat <<EOF
 usage: bench/run.sh [--rounds N] [--quick] [--dir DIR] [--fs LIST] [--appends N]
-                    [--shoal-on-file] [WORKLOAD...]
+                    [--mmread-cache warm|cold] [--shoal-on-file] [WORKLOAD...]
 
-Runs each WORKLOAD (default: all of meta seq fstest cache pingpong lockd;
+Runs each WORKLOAD (default: all of meta seq fstest cache pingpong mmread lockd;
 mmext and wbcost run only when named)
 N rounds (default 3; 1 with --quick) and prints medians and ratios.
   meta, fstest       on each variant of --fs
@@ -50,6 +50,10 @@ N rounds (default 3; 1 with --quick) and prints medians and ratios.
   cache              shoal and shoal-cl: lock requests of a re-read (must be 0)
   pingpong           two nodes appending to one file in turn (shoal-cl with
                      the default hold time and with hold=0; ext4 reference)
+  mmread             seeds/000: N = 1, 2, 4 processes (ext4, one mount) or
+                     nodes (shoal-cl, each its own mount) mmap one file and
+                     copy random 10 KiB ranges, a new mmap per iteration or
+                     one per process; EX requests and callbacks for the file
   lockd              shoal-lockd lock+unlock round trips against a bare
                      Unix-socket echo, at least 3 rounds
   mmext              seeds/003: a file grown by ftruncate + mmap hunks, then
@@ -63,6 +67,9 @@ N rounds (default 3; 1 with --quick) and prints medians and ratios.
                    \$SHOAL_BENCH_FS or ext4,fuse-null,shoal,shoal-cl.  pingpong runs its
                    two cluster variants if shoal-cl is in LIST, ext4 if ext4 is
   --appends N      pingpong appends per run (default 2000; 300 with --quick)
+  --mmread-cache warm|cold
+                   mmread: read the file through every mount before each
+                   run (warm, the default) or start with empty caches
   --dir DIR        where the images and mountpoints go (default
                    \$SHOAL_BENCH_DIR or /var/tmp/shoal-bench); must be on a disk
   --shoal-on-file  mount shoal on its image file instead of a loop device
@@ -78,6 +85,7 @@ shoal_on_file=0
 dir=${SHOAL_BENCH_DIR:-/var/tmp/shoal-bench}
 fs_list=${SHOAL_BENCH_FS:-ext4,fuse-null,shoal,shoal-cl}
 pp_appends=
+mm_cache=warm
 workloads=()
 while [ $# -gt 0 ]; do
 	case $1 in
@@ -102,13 +110,18 @@ while [ $# -gt 0 ]; do
 		pp_appends=$2
 		shift 2
 		;;
+	--mmread-cache)
+		[ $# -ge 2 ] && [[ $2 == warm || $2 == cold ]] || { usage >&2; exit 2; }
+		mm_cache=$2
+		shift 2
+		;;
 	--shoal-on-file) shoal_on_file=1; shift ;;
 	-h | --help) usage; exit 0 ;;
-	meta | seq | fstest | cache | pingpong | lockd | mmext | wbcost) workloads+=("$1"); shift ;;
+	meta | seq | fstest | cache | pingpong | mmread | lockd | mmext | wbcost) workloads+=("$1"); shift ;;
 	*) echo "bench/run.sh: unknown argument $1" >&2; usage >&2; exit 2 ;;
 	esac
 done
-[ ${#workloads[@]} -gt 0 ] || workloads=(meta seq fstest cache pingpong lockd)
+[ ${#workloads[@]} -gt 0 ] || workloads=(meta seq fstest cache pingpong mmread lockd)
 
 # The selected variants, in the canonical order (the rounds rotate it).
 for v in ${fs_list//,/ }; do
@@ -129,12 +142,16 @@ if [ "$quick" = 1 ]; then
 	seq_mib=128
 	fst_iters=1024
 	pp_appends=${pp_appends:-300}
+	mm_mib=64
+	mm_iters=1000
 else
 	rounds=${rounds:-3}
 	meta_files=100000
 	seq_mib=1024
 	fst_iters=8192
 	pp_appends=${pp_appends:-2000}
+	mm_mib=500  # the seed's 500 MiB file
+	mm_iters=5000
 fi
 fst_kib=8192 # the 8 MiB file of seeds/001
 if [ "$quick" = 1 ]; then mmx_mib=256; wbc_mib=256; else mmx_mib=1024; wbc_mib=1024; fi
@@ -179,7 +196,7 @@ if [ -x "$build/fsck.shoal" ]; then cp "$build/fsck.shoal" "$bin/"; fi
 shoal_rev="$(git -C "$shoal_top" rev-parse --short HEAD 2>/dev/null || echo unknown)$(
 	git -C "$shoal_top" diff --quiet HEAD 2>/dev/null || echo ' + uncommitted changes'), built $(
 	date -r "$build/shoal-mount" '+%Y-%m-%d %H:%M:%S')$build_note"
-for p in metabench seqio fstest pingpong mmext; do
+for p in metabench seqio fstest pingpong mmread mmext; do
 	cc -O2 -Wall -Wextra -Werror -D_GNU_SOURCE -o "$bin/$p" "$bench/$p.c"
 done
 # shellcheck disable=SC2046
@@ -202,6 +219,8 @@ declare -A loopdev=() # FS -> its loop device, while set up
 declare -A dev=()     # FS -> what it is mounted from
 pp_mnt_a=$dir/mnt-a   # pingpong: node a and node b of the cluster variants
 pp_mnt_b=$dir/mnt-b
+mm_mnt_c=$dir/mnt-c   # mmread: nodes c and d too
+mm_mnt_d=$dir/mnt-d
 declare -A daemon_pid=() # mountpoint -> pid of the shoal-mount daemon serving it
 declare -A daemon_log=() # mountpoint -> that daemon's log file
 cl_lockd_pid=            # the shoal-lockd of the current cluster variant
@@ -302,7 +321,8 @@ cleanup() {
 	fs_teardown ext4
 	fs_teardown fuse-null
 	lockd_teardown
-	rmdir "${mnt[ext4]}" "${mnt[shoal]}" "${mnt[shoal-cl]}" "${mnt[fuse-null]}" "${mnt[shoal-cl2]}" "$cl2_idle" "$pp_mnt_a" "$pp_mnt_b" "$dir" 2>/dev/null || true
+	rmdir "${mnt[ext4]}" "${mnt[shoal]}" "${mnt[shoal-cl]}" "${mnt[fuse-null]}" "${mnt[shoal-cl2]}" \
+		"$cl2_idle" "$pp_mnt_a" "$pp_mnt_b" "$mm_mnt_c" "$mm_mnt_d" "$dir" 2>/dev/null || true
 	rm -rf "$work"
 }
 trap cleanup EXIT
@@ -460,8 +480,9 @@ fs_make() {
 		;;
 	*)
 		# The same mkfs as shoal (its default is 2 journals), so lock=
-		# is the only difference; pingpong's two nodes need the 2.
-		"$bin/mkfs.shoal" -f -j 2 "${dev[$fs]}" >"$out" 2>&1 || {
+		# is the only difference; pingpong's two nodes need the 2,
+		# mmread's four nodes 4.
+		"$bin/mkfs.shoal" -f -j "$([ "$cur_w" = mmread ] && echo 4 || echo 2)" "${dev[$fs]}" >"$out" 2>&1 || {
 			fail_note="mkfs.shoal ${dev[$fs]}: $(tail -n 5 "$out")"
 			return 1
 		}
@@ -469,6 +490,8 @@ fs_make() {
 		if [ "$cur_w" = pingpong ]; then
 			shoal_mount "$fs" "$pp_mnt_a" "$(cl_opts "$fs" a)" &&
 				shoal_mount "$fs" "$pp_mnt_b" "$(cl_opts "$fs" b)"
+		elif [ "$cur_w" = mmread ]; then
+			mm_mount_all "$fs"
 		elif [ "$fs" = shoal-cl2 ]; then
 			mkdir -p "$cl2_idle"
 			shoal_mount "$fs" "${mnt[$fs]}" "$(cl_opts "$fs" bench)" &&
@@ -514,7 +537,7 @@ fs_describe() {
 		meta "shoal mount" "build/shoal-mount -o lock=nolock; $("$bin/shoal" status "${mnt[shoal]}" 2>/dev/null | sed -n 's/^options //p')"
 		;;
 	*)
-		meta "$fs mkfs" "build/mkfs.shoal -f -j 2 (as shoal)"
+		meta "$fs mkfs" "build/mkfs.shoal -f -j $([ "$cur_w" = mmread ] && echo 4 || echo 2) (as shoal$([ "$cur_w" = mmread ] && echo ", but 4 journals for 4 nodes"))"
 		meta "$fs lockd" "build/shoal-lockd -f --listen unix:WORK/cl-lockd.sock, started for each round before the mount, stopped (SIGTERM) after the unmount"
 		for m in $(printf '%s\n' "${!daemon_pid[@]}" | sort); do
 			meta "$fs mount" "build/shoal-mount -o $(cl_opts "$fs" "$("$bin/shoal" status "$m" 2>/dev/null | sed -n 's/^node //p')" | sed "s|$work|WORK|"); $("$bin/shoal" status "$m" 2>/dev/null | sed -n 's/^options //p' | sed "s|$work|WORK|")"
@@ -810,6 +833,93 @@ wl_pingpong() {
 	say "  round $r $fs: $n appends in $(field "$o" seconds)s = $(field "$o" ops_s)/s, latency p50 $(field "$o" lat_p50_us)us p99 $(field "$o" lat_p99_us)us$gl"
 }
 
+wl_mmread_describe() {
+	meta workload "mmread - seeds/000 (d_iogen mmread): a $mm_mib MiB file of pseudo-random bytes written through one mount; then N = 1, 2, 4 at once, $mm_iters iterations in total: mode iter = open, mmap the whole file read-only, copy a random 10 KiB range, munmap, close; mode once = one open+mmap per process, then $mm_iters random 10 KiB copies in total (bench/mmread.c; every copy spot-checked against the pattern)"
+	meta "variants" "ext4 = N processes on one ext4 mount; shoal-cl = N nodes, each its own shoal-mount (nodes a, b, c, d of one image, one shoal-lockd, lock=shoal), one process per node; after the file is written every node is unmounted and mounted again, so every glock starts UN (seed step 2)"
+	meta "cache" "$mm_cache: $([ "$mm_cache" = warm ] && echo "sync + drop_caches once after the file is written, then before each run the file read through every mount the run uses (not timed; only the first run on a mount reads the device)" || echo "sync + drop_caches before each run")"
+	meta "counters" "shoal-cl: the file's inode glock on all four nodes (shoal glstats), summed: lock requests for EX (ex), callbacks (cb), all lock requests (req), per run"
+	meta "target" "iter: wall time shoal-cl/ext4 <= 2x at N = 4; once: <= 1.2x; shoal-cl: 0 EX requests and 0 callbacks for the file in every run"
+}
+
+# mm_mnts FS: the mountpoints of FS's nodes, in order (ext4: its one mount).
+mm_mnts() {
+	if [ "$1" = ext4 ]; then
+		echo "${mnt[ext4]}"
+	else
+		echo "$pp_mnt_a $pp_mnt_b $mm_mnt_c $mm_mnt_d"
+	fi
+}
+
+mm_mount_all() {
+	local fs=$1 m node
+	for node in a b c d; do
+		case $node in a) m=$pp_mnt_a ;; b) m=$pp_mnt_b ;; c) m=$mm_mnt_c ;; d) m=$mm_mnt_d ;; esac
+		shoal_mount "$fs" "$m" "$(cl_opts "$fs" "$node")" || return 1
+	done
+}
+
+# mm_glfile INO OUT: the file's glock counters on every node, summed.
+mm_glfile() {
+	local m ex=0 cb=0 req=0 g
+	for m in $pp_mnt_a $pp_mnt_b $mm_mnt_c $mm_mnt_d; do
+		g=$(timeout 30 "$bin/shoal" glstats "$m" "gltype == 2 && glnum == $1" 2>/dev/null | grep '^G: ' || true)
+		ex=$((ex + $(sed -n 's/.* ex:\([0-9]*\).*/\1/p' <<<"$g" | grep . || echo 0)))
+		cb=$((cb + $(sed -n 's/.* cb:\([0-9]*\).*/\1/p' <<<"$g" | grep . || echo 0)))
+		req=$((req + $(sed -n 's/.* req:\([0-9]*\).*/\1/p' <<<"$g" | grep . || echo 0)))
+	done
+	printf 'file_ex %s\nfile_cb %s\nfile_req %s\n' "$ex" "$cb" "$req" >"$2"
+}
+
+wl_mmread() {
+	local fs=$1 r=$2 o=$work/mm.out mode n i ino m p cl=0 line=""
+	local -a mnts paths
+	read -r -a mnts <<<"$(mm_mnts "$fs")"
+	! is_cluster "$fs" || cl=1
+	runprog "$fs" "$r" "$o" "$bin/mmread" prep "${mnts[0]}/mm.dat" "$mm_mib" || return 1
+	if is_cluster "$fs"; then
+		# seed step 2: every glock starts UN (the writer gives its EX back)
+		for m in $mm_mnt_d $mm_mnt_c $pp_mnt_b $pp_mnt_a; do shoal_stop "$m"; done
+		mm_mount_all "$fs" || {
+			fail "$fs" "$r" "mounting the nodes again: $(tail -n 5 "$work/make.out")"
+			return 1
+		}
+	fi
+	ino=$(stat -c %i "${mnts[0]}/mm.dat")
+	[ "$mm_cache" = cold ] || drop_caches # once: the runs start from one state
+	sample "$fs" "$work/base" "${mnts[0]}"
+	for mode in iter once; do
+		for n in 1 2 4; do
+			paths=()
+			for ((i = 0; i < n; i++)); do
+				paths+=("${mnts[$((cl ? i : 0))]}/mm.dat") # ext4: one path, N times
+			done
+			if [ "$mm_cache" = cold ]; then
+				drop_caches
+			else
+				# a no-op for a mount the earlier runs warmed already
+				for p in $(printf '%s\n' "${paths[@]}" | sort -u); do cat "$p" >/dev/null; done
+			fi
+			sample "$fs" "$work/mm0" "${mnts[0]}"
+			! is_cluster "$fs" || mm_glfile "$ino" "$work/gl0"
+			runprog "$fs" "$r" "$o" "$bin/mmread" run "$mode" "$mm_iters" "$r" "${paths[@]}" || return 1
+			sample "$fs" "$work/mm1" "${mnts[0]}"
+			emit "$fs" "$r" "${mode}_n${n}_wall_s" "$(field "$o" wall_s)"
+			emit "$fs" "$r" "${mode}_n${n}_ops_s" "$(field "$o" ops_s)"
+			emit_delta "$fs" "$r" "${mode}_n${n}_rd_bytes" "$work/mm0" "$work/mm1" loop_rd_bytes
+			line+=" $mode/N=$n $(field "$o" wall_s)s"
+			if is_cluster "$fs"; then
+				mm_glfile "$ino" "$work/gl1"
+				local x
+				for x in file_ex file_cb file_req; do
+					emit_delta "$fs" "$r" "shoal_${mode}_n${n}_$x" "$work/gl0" "$work/gl1" "$x"
+				done
+				line+=" (ex $(dv "$work/gl0" "$work/gl1" file_ex) cb $(dv "$work/gl0" "$work/gl1" file_cb))"
+			fi
+		done
+	done
+	say "  round $r $fs:$line"
+}
+
 # --- driver --------------------------------------------------------------------------
 
 # run_one WORKLOAD FS ROUND: make, run, unmount, count, destroy.
@@ -884,10 +994,14 @@ run_workload() {
 			esac
 		done
 		;;
+	mmread) # N nodes, each its own mount: lock=shoal only
+		for fs in "${sel_fses[@]}"; do
+			case $fs in shoal | shoal-cl2 | fuse-null) ;; *) fses+=("$fs") ;; esac
+		done
+		;;
+	# shoal-cl2 (a second, idle node) is for the issue-5 workloads; it runs
+	# wherever it is asked for
 	*) for fs in "${sel_fses[@]}"; do [ "$fs" = fuse-null ] || fses+=("$fs"); done ;;
-	# pingpong and cache have their own lists above; shoal-cl2 (a second,
-	# idle node) is for the issue-5 workloads, and is skipped by the others
-	# only if not asked for.
 	esac
 	if [ ${#fses[@]} = 0 ]; then
 		echo "== $w: skipped, none of its variants is selected (--fs $fs_list) =="

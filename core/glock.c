@@ -20,7 +20,17 @@
  *      could be waiting for the glock (GLF_DEMOTING is not set yet); if the
  *      object was used meanwhile, the notification is repeated;
  *  (6) an operation's holds are taken in (type, number) order whenever it
- *      may wait, so two nodes never wait for each other in a cycle.
+ *      may wait, so two nodes never wait for each other in a cycle;
+ *  (7) every hold has a struct gl_holder on gl_holders_q (gl_holders counts
+ *      them) and every thread waiting in gl_acquire one on gl_waiters_q,
+ *      so the dump shows who holds and who waits;
+ *  (8) every lock module request, completion, callback and demote request
+ *      is a trace event (gltrace.c), made under gt_mutex in the order the
+ *      glock saw them; an operation that restarts asks again for the state
+ *      it asked for, never for a stronger one the glock happened to cache
+ *      (R1: a read asks for SH, whatever the node held before);
+ *  (9) no output leaves the process under gt_mutex: the dumps are made in
+ *      memory and written once it is dropped.
  */
 #include <assert.h>
 #include <errno.h>
@@ -28,9 +38,16 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "internal.h"
 #include "lock.h"
+#include "shoal/glfilter.h"
+
+_Static_assert(GLF_INFLIGHT == SHOAL_GLEV_F_INFLIGHT && GLF_DEMOTING == SHOAL_GLEV_F_DEMOTING &&
+		       GLF_QUEUED == SHOAL_GLEV_F_QUEUED && GLF_STICKY == SHOAL_GLEV_F_STICKY,
+	       "trace event flags are the glock flags");
+#define GLF_SHOWN (GLF_INFLIGHT | GLF_DEMOTING | GLF_QUEUED | GLF_STICKY)
 
 #define OP_MAX 64
 
@@ -68,7 +85,7 @@ struct op_ctx {
 	int depth;
 	int nheld, nneed;
 	int changed;
-	struct glock *held[OP_MAX];
+	struct gl_holder held[OP_MAX]; /* on their glocks' gl_holders_q */
 	struct gl_need need[OP_MAX];
 };
 
@@ -106,6 +123,10 @@ int gl_init(struct shoal_fs *fs, const struct lm_ops *lm)
 	pthread_cond_init(&gt->gt_wcond, NULL);
 	gt->gt_lm = lm;
 	fs->fs_gl = gt;
+	if (gltr_init(fs)) {
+		gl_destroy(fs);
+		return -ENOMEM;
+	}
 	return 0;
 }
 
@@ -121,6 +142,12 @@ void gl_destroy(struct shoal_fs *fs)
 			n = gl->gl_hnext;
 			if (gl->gl_state != GL_UN)
 				gt->gt_lm->lm_unlock(fs, gl);
+			while (gl->gl_holders_q.hq_first) { /* gl_acquire's, never put */
+				struct gl_holder *gh = gl->gl_holders_q.hq_first;
+				gl->gl_holders_q.hq_first = gh->gh_next;
+				if (gh->gh_flags & GHF_ANON)
+					free(gh);
+			}
 			free(gl);
 		}
 	}
@@ -135,6 +162,7 @@ void gl_destroy(struct shoal_fs *fs)
 	pthread_mutex_destroy(&gt->gt_mutex);
 	free(gt);
 	fs->fs_gl = NULL;
+	gltr_destroy(fs);
 }
 
 static uint32_t gl_slot(struct gl_table *gt, uint32_t type, uint64_t number)
@@ -197,11 +225,88 @@ int gl_have(struct shoal_fs *fs, uint32_t type, uint64_t number, int state)
 	return ok;
 }
 
-/* gt_mutex held: a hold is granted */
-static void grant_hold(struct glock *gl)
+static void hq_add(struct gl_hq *q, struct gl_holder *gh)
+{
+	gh->gh_next = NULL;
+	gh->gh_prev = q->hq_last;
+	if (q->hq_last)
+		q->hq_last->gh_next = gh;
+	else
+		q->hq_first = gh;
+	q->hq_last = gh;
+}
+
+static void hq_del(struct gl_hq *q, struct gl_holder *gh)
+{
+	if (gh->gh_prev)
+		gh->gh_prev->gh_next = gh->gh_next;
+	else
+		q->hq_first = gh->gh_next;
+	if (gh->gh_next)
+		gh->gh_next->gh_prev = gh->gh_prev;
+	else
+		q->hq_last = gh->gh_prev;
+	gh->gh_prev = gh->gh_next = NULL;
+}
+
+/* A holder (or waiter) record for the calling thread, asking for state. */
+static void gh_init(struct gl_holder *gh, int state, int flags)
+{
+	const struct shoal_ctx *c = perm_caller();
+	memset(gh, 0, sizeof(*gh));
+	gh->gh_state = (uint8_t)state;
+	gh->gh_flags = (uint8_t)flags;
+	gh->gh_tid = (int)gettid();
+	gh->gh_pid = c ? (int)c->c_pid : 0;
+	gh->gh_since_ns = gl_now_ns();
+}
+
+/* gt_mutex held: a hold is granted to gh */
+static void grant_hold(struct glock *gl, struct gl_holder *gh)
 {
 	gl->gl_holders++;
 	gl->gl_use++;
+	gh->gh_gl = gl;
+	gh->gh_flags &= (uint8_t)~GHF_WAITING;
+	gh->gh_since_ns = gl_now_ns();
+	hq_add(&gl->gl_holders_q, gh);
+}
+
+/* gt_mutex held: gh's hold ends */
+static void drop_hold(struct gl_table *gt, struct glock *gl, struct gl_holder *gh)
+{
+	if (gh)
+		hq_del(&gl->gl_holders_q, gh);
+	if (gl->gl_holders)
+		gl->gl_holders--;
+	if (!gl->gl_holders) {
+		pthread_cond_broadcast(&gt->gt_cond);
+		if (gl->gl_flags & GLF_QUEUED)
+			pthread_cond_signal(&gt->gt_wcond);
+	}
+}
+
+/*
+ * gt_mutex held: one trace event about gl (lock.h (8)).  prev/new/target/
+ * dstate are glock states or -1; xflags adds SHOAL_GLEV_F_TRY/FAILED.
+ */
+static void trace(struct shoal_fs *fs, struct glock *gl, int kind, int prev, int new, int target,
+		  int dstate, uint32_t xflags)
+{
+	struct shoal_glevent ev;
+
+	if (!gltr_active(fs))
+		return;
+	memset(&ev, 0, sizeof(ev));
+	ev.ev_glnum = gl->gl_number;
+	ev.ev_gltype = gl->gl_type;
+	ev.ev_flags = (gl->gl_flags & GLF_SHOWN) | xflags;
+	ev.ev_kind = (int8_t)kind;
+	ev.ev_prev = (int8_t)prev;
+	ev.ev_new = (int8_t)new;
+	ev.ev_target = (int8_t)target;
+	ev.ev_dstate = (int8_t)dstate;
+	gltr_emit(fs, &ev);
 }
 
 /* gt_mutex held: queue gl for the worker */
@@ -224,19 +329,36 @@ static void demote_queue(struct gl_table *gt, struct glock *gl, int target)
 static int lm_request(struct shoal_fs *fs, struct glock *gl, int state, int flags)
 {
 	struct gl_table *gt = fs->fs_gl;
-	uint64_t t0 = gl_now_ns();
-	int got;
+	uint32_t tf = flags & GL_TRY ? SHOAL_GLEV_F_TRY : 0;
+	int prev = gl->gl_state, got;
+	uint64_t t0, rtt;
 
 	gl->gl_flags |= GLF_INFLIGHT;
 	gl->gl_want = (uint8_t)state;
+	trace(fs, gl, SHOAL_GLEV_REQUEST, prev, -1, state, gl->gl_target, tf);
 	pthread_mutex_unlock(&gt->gt_mutex);
+	t0 = gl_now_ns();
 	got = gt->gt_lm->lm_lock(fs, gl, state, flags);
+	rtt = gl_now_ns() - t0;
 	pthread_mutex_lock(&gt->gt_mutex);
 	gl->gl_flags &= ~GLF_INFLIGHT;
 	if (gl->gl_flags & GLF_QUEUED) /* a callback came meanwhile */
 		pthread_cond_signal(&gt->gt_wcond);
 	gl->gl_dcnt++;
-	gl->gl_rtt_ns += gl_now_ns() - t0;
+	if (state == GL_EX)
+		gl->gl_req_ex++;
+	else if (state == GL_SH)
+		gl->gl_req_sh++;
+	if (got == -EAGAIN)
+		gl->gl_tryfail++;
+	gl->gl_rtt_ns += rtt;
+	if (rtt > gl->gl_rtt_max_ns)
+		gl->gl_rtt_max_ns = rtt;
+	if (!gl->gl_srtt_ns)
+		gl->gl_srtt_ns = rtt;
+	else
+		gl->gl_srtt_ns = rtt > gl->gl_srtt_ns ? gl->gl_srtt_ns + (rtt - gl->gl_srtt_ns) / 8
+						      : gl->gl_srtt_ns - (gl->gl_srtt_ns - rtt) / 8;
 	gt->gt_requests++;
 	fs->fs_ctr.sc_gl_requests++;
 	if (got >= 0) {
@@ -250,6 +372,8 @@ static int lm_request(struct shoal_fs *fs, struct glock *gl, int state, int flag
 		/* the lock manager is gone (a fenced node): an I/O error */
 		got = -EIO;
 	}
+	trace(fs, gl, SHOAL_GLEV_STATE, prev, gl->gl_state, state, gl->gl_target,
+	      tf | (got < 0 ? SHOAL_GLEV_F_FAILED : 0));
 	pthread_cond_broadcast(&gt->gt_cond);
 	return got;
 }
@@ -263,6 +387,7 @@ static int lm_request(struct shoal_fs *fs, struct glock *gl, int state, int flag
 static void unlock_now(struct shoal_fs *fs, struct glock *gl)
 {
 	struct gl_table *gt = fs->fs_gl;
+	int prev = gl->gl_state;
 
 	/* nothing is written back here: an EX of a glock that caches changes
 	 * (inode, resource group) goes through demote_one (4) */
@@ -270,21 +395,30 @@ static void unlock_now(struct shoal_fs *fs, struct glock *gl)
 
 	gl->gl_flags |= GLF_INFLIGHT;
 	gl->gl_want = GL_UN;
+	trace(fs, gl, SHOAL_GLEV_REQUEST, prev, -1, GL_UN, gl->gl_target, 0);
 	pthread_mutex_unlock(&gt->gt_mutex);
 	gt->gt_lm->lm_unlock(fs, gl);
 	pthread_mutex_lock(&gt->gt_mutex);
 	gl->gl_flags &= ~GLF_INFLIGHT;
 	gl->gl_state = GL_UN;
+	gl->gl_unlocks++;
 	gl->gl_released_ns = gl_now_ns();
+	trace(fs, gl, SHOAL_GLEV_STATE, prev, GL_UN, GL_UN, gl->gl_target, 0);
 	if (gl->gl_flags & GLF_QUEUED)
 		pthread_cond_signal(&gt->gt_wcond);
 	pthread_cond_broadcast(&gt->gt_cond);
 }
 
-int gl_acquire(struct shoal_fs *fs, uint32_t type, uint64_t number, int state, int flags,
-	       struct glock **out)
+/*
+ * Blocking acquire (or a try, with GL_TRY) of (type, number) in at least
+ * state, the hold recorded in gh; while it waits, the thread is on the
+ * glock's waiter list.
+ */
+static int acquire(struct shoal_fs *fs, uint32_t type, uint64_t number, int state, int flags,
+		   struct gl_holder *gh, struct glock **out)
 {
 	struct gl_table *gt = fs->fs_gl;
+	struct gl_holder w;
 	struct glock *gl;
 	int err = 0;
 
@@ -297,9 +431,13 @@ int gl_acquire(struct shoal_fs *fs, uint32_t type, uint64_t number, int state, i
 		return -ENOMEM;
 	}
 	gl->gl_qcnt++;
+	gh_init(&w, state, GHF_WAITING | (flags & GL_TRY ? GHF_TRY : 0));
+	w.gh_gl = gl;
+	hq_add(&gl->gl_waiters_q, &w);
+	gl->gl_waiters++;
 	for (;;) {
 		if (!(gl->gl_flags & (GLF_INFLIGHT | GLF_DEMOTING)) && gl->gl_state >= state) {
-			grant_hold(gl);
+			grant_hold(gl, gh);
 			break;
 		}
 		if (gl->gl_flags & (GLF_INFLIGHT | GLF_DEMOTING)) {
@@ -359,26 +497,52 @@ int gl_acquire(struct shoal_fs *fs, uint32_t type, uint64_t number, int state, i
 			break;
 		}
 	}
+	hq_del(&gl->gl_waiters_q, &w);
+	gl->gl_waiters--;
 	pthread_mutex_unlock(&gt->gt_mutex);
 	if (!err)
 		*out = gl;
 	return err;
 }
 
+int gl_acquire(struct shoal_fs *fs, uint32_t type, uint64_t number, int state, int flags,
+	       struct glock **out)
+{
+	struct gl_holder *gh = malloc(sizeof(*gh));
+	int err;
+
+	if (!gh)
+		return -ENOMEM;
+	gh_init(gh, state, GHF_ANON | (flags & GL_TRY ? GHF_TRY : 0));
+	err = acquire(fs, type, number, state, flags, gh, out);
+	if (err)
+		free(gh);
+	return err;
+}
+
 void gl_put(struct shoal_fs *fs, struct glock *gl)
 {
 	struct gl_table *gt = fs->fs_gl;
+	struct gl_holder *gh, *any = NULL;
+	int tid = (int)gettid();
+
 	if (!gl)
 		return;
 	pthread_mutex_lock(&gt->gt_mutex);
-	if (gl->gl_holders)
-		gl->gl_holders--;
-	if (!gl->gl_holders) {
-		pthread_cond_broadcast(&gt->gt_cond);
-		if (gl->gl_flags & GLF_QUEUED)
-			pthread_cond_signal(&gt->gt_wcond);
-	}
+	/* gl_acquire's hold of this thread, or else any of them (the journal
+	 * lock is taken at mount and given back by the unmounting thread) */
+	for (gh = gl->gl_holders_q.hq_first; gh; gh = gh->gh_next)
+		if (gh->gh_flags & GHF_ANON) {
+			if (gh->gh_tid == tid)
+				break;
+			if (!any)
+				any = gh;
+		}
+	if (!gh)
+		gh = any;
+	drop_hold(gt, gl, gh);
 	pthread_mutex_unlock(&gt->gt_mutex);
+	free(gh);
 }
 
 void gl_release(struct shoal_fs *fs, struct glock *gl)
@@ -394,7 +558,7 @@ void gl_release(struct shoal_fs *fs, struct glock *gl)
 static int op_holds(struct op_ctx *op, uint32_t type, uint64_t number, int state)
 {
 	for (int i = 0; i < op->nheld; i++) {
-		struct glock *gl = op->held[i];
+		struct glock *gl = op->held[i].gh_gl;
 		if (gl->gl_type == type && gl->gl_number == number && gl->gl_state >= state)
 			return 1;
 	}
@@ -454,8 +618,9 @@ int gl_hold(struct shoal_fs *fs, uint32_t type, uint64_t number, int state)
 		/* kept until the operation ends; with the list full, fs_lock
 		 * alone keeps it (the worker needs fs_lock to demote) */
 		if (inop && op->nheld < OP_MAX) {
-			grant_hold(gl);
-			op->held[op->nheld++] = gl;
+			struct gl_holder *gh = &op->held[op->nheld++];
+			gh_init(gh, state, GHF_OP);
+			grant_hold(gl, gh);
 		} else {
 			gl->gl_use++;
 		}
@@ -473,6 +638,45 @@ int gl_hold(struct shoal_fs *fs, uint32_t type, uint64_t number, int state)
 	return op_need(op, type, number, state);
 }
 
+int gl_try_hold(struct shoal_fs *fs, uint32_t type, uint64_t number, int state)
+{
+	struct gl_table *gt = fs->fs_gl;
+	struct op_ctx *op = &op_cur;
+	struct glock *gl;
+	int err = -EAGAIN;
+
+	if (__atomic_load_n(&fs->fs_dev->d_fenced, __ATOMIC_RELAXED))
+		return -EIO;
+	if (op->depth == 0 || op->fs != fs)
+		return -EINVAL; /* the hold lasts until the operation ends */
+	if (op_holds(op, type, number, state))
+		return 0;
+	pthread_mutex_lock(&gt->gt_mutex);
+	gl = gl_find(gt, type, number, 1);
+	if (!gl) {
+		pthread_mutex_unlock(&gt->gt_mutex);
+		return -ENOMEM;
+	}
+	gl->gl_qcnt++;
+	if (!(gl->gl_flags & (GLF_INFLIGHT | GLF_DEMOTING)) && gl->gl_state < state) {
+		/* a try sends no callback and never waits: fine under fs_lock */
+		int got = lm_request(fs, gl, state, GL_TRY);
+		if (got < 0 && got != -EAGAIN && got != -EDEADLK) {
+			pthread_mutex_unlock(&gt->gt_mutex);
+			return got;
+		}
+	}
+	if (!(gl->gl_flags & (GLF_INFLIGHT | GLF_DEMOTING)) && gl->gl_state >= state &&
+	    op->nheld < OP_MAX) {
+		struct gl_holder *gh = &op->held[op->nheld++];
+		gh_init(gh, state, GHF_OP | GHF_TRY);
+		grant_hold(gl, gh);
+		err = 0;
+	}
+	pthread_mutex_unlock(&gt->gt_mutex);
+	return err;
+}
+
 void op_begin(struct shoal_fs *fs)
 {
 	struct op_ctx *op = &op_cur;
@@ -485,8 +689,14 @@ void op_begin(struct shoal_fs *fs)
 
 static void op_drop(struct shoal_fs *fs, struct op_ctx *op)
 {
+	struct gl_table *gt = fs->fs_gl;
+
+	if (!op->nheld)
+		return;
+	pthread_mutex_lock(&gt->gt_mutex);
 	for (int i = 0; i < op->nheld; i++)
-		gl_put(fs, op->held[i]);
+		drop_hold(gt, op->held[i].gh_gl, &op->held[i]);
+	pthread_mutex_unlock(&gt->gt_mutex);
 	op->nheld = 0;
 }
 
@@ -508,9 +718,10 @@ int op_wait(struct shoal_fs *fs)
 
 	if (op->depth != 1 || op->fs != fs)
 		return -EDEADLK; /* only the outermost operation may wait */
+	/* the states asked for, not those cached: see (8) */
 	for (int i = 0; i < op->nheld; i++)
-		all[n++] = (struct gl_need){op->held[i]->gl_type, op->held[i]->gl_number,
-					    op->held[i]->gl_state};
+		all[n++] = (struct gl_need){op->held[i].gh_gl->gl_type, op->held[i].gh_gl->gl_number,
+					    op->held[i].gh_state};
 	for (int i = 0; i < op->nneed; i++)
 		all[n++] = op->need[i];
 	op_drop(fs, op);
@@ -530,9 +741,10 @@ int op_wait(struct shoal_fs *fs)
 		}
 		if (op->nheld == OP_MAX)
 			break;
-		err = gl_acquire(fs, all[i].type, all[i].number, st, 0, &gl);
+		gh_init(&op->held[op->nheld], st, GHF_OP);
+		err = acquire(fs, all[i].type, all[i].number, st, 0, &op->held[op->nheld], &gl);
 		if (!err)
-			op->held[op->nheld++] = gl;
+			op->nheld++;
 	}
 	if (err)
 		op_drop(fs, op);
@@ -575,7 +787,12 @@ void gl_cb(struct shoal_fs *fs, uint32_t type, uint64_t number, int wanted)
 		} else {
 			gl->gl_hold_ms = 0;
 		}
-		demote_queue(gt, gl, target);
+		trace(fs, gl, SHOAL_GLEV_CALLBACK, gl->gl_state, gl->gl_state, wanted, target, 0);
+		if (!(gl->gl_flags & GLF_STICKY)) {
+			demote_queue(gt, gl, target);
+			trace(fs, gl, SHOAL_GLEV_DEMOTE, gl->gl_state, gl->gl_state,
+			      gl->gl_flags & GLF_INFLIGHT ? gl->gl_want : -1, gl->gl_target, 0);
+		}
 	}
 	pthread_mutex_unlock(&gt->gt_mutex);
 }
@@ -622,7 +839,7 @@ static int demote_ready(struct glock *gl, uint64_t now, uint64_t *due)
 static void demote_one(struct shoal_fs *fs, struct glock *gl)
 {
 	struct gl_table *gt = fs->fs_gl;
-	int target, tries = 0, err = 0;
+	int target, prev, tries = 0, err = 0;
 
 	for (;;) {
 		uint64_t use0;
@@ -664,6 +881,7 @@ static void demote_one(struct shoal_fs *fs, struct glock *gl)
 		pthread_mutex_unlock(&gt->gt_mutex);
 		break;
 	}
+	prev = gl->gl_state; /* stable: GLF_DEMOTING admits nobody */
 	if (gl->gl_ops->go_demote_ok && !gl->gl_ops->go_demote_ok(fs, gl)) {
 		pthread_mutex_lock(&gt->gt_mutex);
 		gl->gl_flags &= ~GLF_DEMOTING;
@@ -681,6 +899,9 @@ static void demote_one(struct shoal_fs *fs, struct glock *gl)
 	if (target == GL_UN && gl->gl_ops->go_inval)
 		gl->gl_ops->go_inval(fs, gl);
 	pthread_mutex_unlock(&fs->fs_lock);
+	pthread_mutex_lock(&gt->gt_mutex);
+	trace(fs, gl, SHOAL_GLEV_REQUEST, prev, -1, target, gl->gl_target, 0);
+	pthread_mutex_unlock(&gt->gt_mutex);
 	if (target == GL_UN)
 		gt->gt_lm->lm_unlock(fs, gl);
 	else
@@ -688,6 +909,9 @@ static void demote_one(struct shoal_fs *fs, struct glock *gl)
 	pthread_mutex_lock(&gt->gt_mutex);
 	gl->gl_state = (uint8_t)target;
 	gl->gl_flags &= ~GLF_DEMOTING;
+	if (target == GL_UN)
+		gl->gl_unlocks++;
+	trace(fs, gl, SHOAL_GLEV_STATE, prev, target, target, gl->gl_target, 0);
 	if (gl->gl_target >= 0 && gl->gl_target < target) {
 		int8_t next = gl->gl_target; /* a callback for less came meanwhile */
 		gl->gl_target = -1;
@@ -806,33 +1030,211 @@ static const char *state_name(int st)
 	return st >= 0 && st < 4 ? n[st] : "--";
 }
 
-int shoal_dump_glocks(struct shoal_fs *fs, FILE *out)
+/* The filter values of a glock as it is now (kind: none). */
+static void glock_vals(const struct glock *gl, int64_t *v)
+{
+	v[GLF_GLTYPE] = gl->gl_type;
+	v[GLF_GLNUM] = (int64_t)gl->gl_number;
+	v[GLF_PREV] = v[GLF_NEW] = gl->gl_state;
+	v[GLF_TARGET] = gl->gl_flags & GLF_INFLIGHT ? gl->gl_want : -1;
+	v[GLF_DSTATE] = gl->gl_target;
+	v[GLF_FLAGS] = gl->gl_flags & GLF_SHOWN;
+	v[GLF_KIND] = 0;
+}
+
+static int glock_cmp(const void *a, const void *b)
+{
+	const struct glock *x = *(struct glock *const *)a, *y = *(struct glock *const *)b;
+	if (x->gl_type != y->gl_type)
+		return x->gl_type < y->gl_type ? -1 : 1;
+	if (x->gl_number != y->gl_number)
+		return x->gl_number < y->gl_number ? -1 : 1;
+	return 0;
+}
+
+/* gt_mutex held: the glocks filter matches, sorted by (type, number). */
+static struct glock **collect(struct gl_table *gt, const struct glfilter *filter, size_t *n)
+{
+	struct glock **v = malloc(sizeof(*v) * (gt->gt_count ? gt->gt_count : 1));
+	int64_t vals[GLF_NFIELDS];
+
+	*n = 0;
+	if (!v)
+		return NULL;
+	for (uint32_t i = 0; i <= gt->gt_mask; i++)
+		for (struct glock *gl = gt->gt_hash[i]; gl; gl = gl->gl_hnext) {
+			if (filter) {
+				glock_vals(gl, vals);
+				if (!glf_eval(filter, vals))
+					continue;
+			}
+			v[(*n)++] = gl;
+		}
+	qsort(v, *n, sizeof(*v), glock_cmp);
+	return v;
+}
+
+static void dump_holder(FILE *m, const struct gl_holder *gh, uint64_t now)
+{
+	fprintf(m, " %c: s:%s f:%s%s%s%s tid:%d pid:%d age:%llums\n",
+		gh->gh_flags & GHF_WAITING ? 'W' : 'H', state_name(gh->gh_state),
+		gh->gh_flags & GHF_WAITING ? "W" : "H", gh->gh_flags & GHF_TRY ? "T" : "",
+		gh->gh_flags & GHF_OP ? "O" : "", gh->gh_flags & GHF_ANON ? "A" : "", gh->gh_tid,
+		gh->gh_pid, (unsigned long long)((now - gh->gh_since_ns) / 1000000));
+}
+
+/* Write the text made under gt_mutex (9), then free it. */
+static int flush_text(FILE *m, char **text, size_t *len, FILE *out, int err)
+{
+	if (fclose(m)) /* sets *text and *len */
+		err = -ENOMEM;
+	if (!err && *text && fwrite(*text, 1, *len, out) != *len)
+		err = -EIO;
+	free(*text);
+	return err;
+}
+
+int shoal_dump_glocks(struct shoal_fs *fs, FILE *out, const struct glfilter *filter)
 {
 	struct gl_table *gt = fs->fs_gl;
 	uint64_t now = gl_now_ns();
+	struct glock **v;
+	char *text = NULL;
+	size_t len = 0, n;
+	FILE *m;
 
+	m = open_memstream(&text, &len);
+	if (!m)
+		return -ENOMEM;
 	pthread_mutex_lock(&gt->gt_mutex);
-	for (uint32_t i = 0; i <= gt->gt_mask; i++)
-		for (struct glock *gl = gt->gt_hash[i]; gl; gl = gl->gl_hnext) {
-			fprintf(out,
-				"G: s:%s n:%u/%llx f:%s%s%s%s t:%s d:%s/%llums hold:%ums h:%u "
-				"req:%llu local:%llu cb:%llu dem:%llu rtt:%lluus\n",
-				state_name(gl->gl_state), gl->gl_type,
-				(unsigned long long)gl->gl_number,
-				gl->gl_flags & GLF_INFLIGHT ? "I" : "",
-				gl->gl_flags & GLF_DEMOTING ? "D" : "",
-				gl->gl_flags & GLF_QUEUED ? "Q" : "",
-				gl->gl_flags & GLF_STICKY ? "S" : "",
-				gl->gl_flags & GLF_INFLIGHT ? state_name(gl->gl_want) : "--",
-				state_name(gl->gl_target),
-				(unsigned long long)(gl->gl_flags & GLF_QUEUED
-							     ? (now - gl->gl_demote_ns) / 1000000
-							     : 0),
-				gl->gl_hold_ms, gl->gl_holders, (unsigned long long)gl->gl_dcnt,
-				(unsigned long long)gl->gl_qcnt, (unsigned long long)gl->gl_callbacks,
-				(unsigned long long)gl->gl_demotions,
-				(unsigned long long)(gl->gl_rtt_ns / 1000));
-		}
+	v = collect(gt, filter, &n);
+	for (size_t i = 0; v && i < n; i++) {
+		struct glock *gl = v[i];
+		fprintf(m,
+			"G: s:%s n:%u/%llx f:%s%s%s%s t:%s d:%s/%llums hold:%ums h:%u w:%u "
+			"req:%llu local:%llu cb:%llu dem:%llu rtt:%lluus\n",
+			state_name(gl->gl_state), gl->gl_type, (unsigned long long)gl->gl_number,
+			gl->gl_flags & GLF_INFLIGHT ? "I" : "", gl->gl_flags & GLF_DEMOTING ? "D" : "",
+			gl->gl_flags & GLF_QUEUED ? "Q" : "", gl->gl_flags & GLF_STICKY ? "S" : "",
+			gl->gl_flags & GLF_INFLIGHT ? state_name(gl->gl_want) : "--",
+			state_name(gl->gl_target),
+			(unsigned long long)(gl->gl_target >= 0 ? (now - gl->gl_demote_ns) / 1000000 : 0),
+			gl->gl_hold_ms, gl->gl_holders, gl->gl_waiters, (unsigned long long)gl->gl_dcnt,
+			(unsigned long long)gl->gl_qcnt, (unsigned long long)gl->gl_callbacks,
+			(unsigned long long)gl->gl_demotions, (unsigned long long)(gl->gl_rtt_ns / 1000));
+		for (struct gl_holder *gh = gl->gl_holders_q.hq_first; gh; gh = gh->gh_next)
+			dump_holder(m, gh, now);
+		for (struct gl_holder *gh = gl->gl_waiters_q.hq_first; gh; gh = gh->gh_next)
+			dump_holder(m, gh, now);
+	}
 	pthread_mutex_unlock(&gt->gt_mutex);
-	return 0;
+	free(v);
+	return flush_text(m, &text, &len, out, v ? 0 : -ENOMEM);
+}
+
+static const char *type_name(uint32_t type)
+{
+	switch (type) {
+	case GL_NONDISK:
+		return "nondisk";
+	case GL_INODE:
+		return "inode";
+	case GL_RGRP:
+		return "rgrp";
+	case GL_META:
+		return "meta";
+	case GL_IOPEN:
+		return "iopen";
+	case GL_FLOCK:
+		return "flock";
+	case GL_QUOTA:
+		return "quota";
+	case GL_JOURNAL:
+		return "journal";
+	default:
+		return "other";
+	}
+}
+
+struct gl_sum {
+	uint64_t s_glocks, s_req, s_sh, s_ex, s_tryfail, s_local, s_cb, s_dem, s_unlock;
+	uint64_t s_rtt_ns, s_rtt_max_ns;
+};
+
+static void sum_add(struct gl_sum *s, const struct glock *gl)
+{
+	s->s_glocks++;
+	s->s_req += gl->gl_dcnt;
+	s->s_sh += gl->gl_req_sh;
+	s->s_ex += gl->gl_req_ex;
+	s->s_tryfail += gl->gl_tryfail;
+	s->s_local += gl->gl_qcnt;
+	s->s_cb += gl->gl_callbacks;
+	s->s_dem += gl->gl_demotions;
+	s->s_unlock += gl->gl_unlocks;
+	s->s_rtt_ns += gl->gl_rtt_ns;
+	if (gl->gl_rtt_max_ns > s->s_rtt_max_ns)
+		s->s_rtt_max_ns = gl->gl_rtt_max_ns;
+}
+
+static void sum_print(FILE *m, const struct gl_sum *s)
+{
+	fprintf(m,
+		"glocks:%llu req:%llu sh:%llu ex:%llu tryfail:%llu local:%llu cb:%llu dem:%llu "
+		"unlock:%llu rtt:%lluus mean:%lluus max:%lluus\n",
+		(unsigned long long)s->s_glocks, (unsigned long long)s->s_req,
+		(unsigned long long)s->s_sh, (unsigned long long)s->s_ex,
+		(unsigned long long)s->s_tryfail, (unsigned long long)s->s_local,
+		(unsigned long long)s->s_cb, (unsigned long long)s->s_dem,
+		(unsigned long long)s->s_unlock, (unsigned long long)(s->s_rtt_ns / 1000),
+		(unsigned long long)(s->s_req ? s->s_rtt_ns / s->s_req / 1000 : 0),
+		(unsigned long long)(s->s_rtt_max_ns / 1000));
+}
+
+int shoal_dump_glstats(struct shoal_fs *fs, FILE *out, const struct glfilter *filter)
+{
+	struct gl_table *gt = fs->fs_gl;
+	struct gl_sum types[GL_TYPES + 1], all;
+	struct glock **v;
+	char *text = NULL;
+	size_t len = 0, n;
+	FILE *m;
+
+	m = open_memstream(&text, &len);
+	if (!m)
+		return -ENOMEM;
+	memset(types, 0, sizeof(types));
+	memset(&all, 0, sizeof(all));
+	pthread_mutex_lock(&gt->gt_mutex);
+	v = collect(gt, filter, &n);
+	for (size_t i = 0; v && i < n; i++) {
+		sum_add(&types[v[i]->gl_type < GL_TYPES ? v[i]->gl_type : GL_TYPES], v[i]);
+		sum_add(&all, v[i]);
+	}
+	for (uint32_t t = 0; t <= GL_TYPES; t++) {
+		if (!types[t].s_glocks)
+			continue;
+		fprintf(m, "T: type:%u %s ", t, t < GL_TYPES ? type_name(t) : "other");
+		sum_print(m, &types[t]);
+	}
+	fprintf(m, "T: type:all ");
+	sum_print(m, &all);
+	for (size_t i = 0; v && i < n; i++) {
+		struct glock *gl = v[i];
+		fprintf(m,
+			"G: n:%u/%llx s:%s req:%llu sh:%llu ex:%llu tryfail:%llu local:%llu cb:%llu "
+			"dem:%llu unlock:%llu rtt:%lluus mean:%lluus max:%lluus srtt:%lluus\n",
+			gl->gl_type, (unsigned long long)gl->gl_number, state_name(gl->gl_state),
+			(unsigned long long)gl->gl_dcnt, (unsigned long long)gl->gl_req_sh,
+			(unsigned long long)gl->gl_req_ex, (unsigned long long)gl->gl_tryfail,
+			(unsigned long long)gl->gl_qcnt, (unsigned long long)gl->gl_callbacks,
+			(unsigned long long)gl->gl_demotions, (unsigned long long)gl->gl_unlocks,
+			(unsigned long long)(gl->gl_rtt_ns / 1000),
+			(unsigned long long)(gl->gl_dcnt ? gl->gl_rtt_ns / gl->gl_dcnt / 1000 : 0),
+			(unsigned long long)(gl->gl_rtt_max_ns / 1000),
+			(unsigned long long)(gl->gl_srtt_ns / 1000));
+	}
+	pthread_mutex_unlock(&gt->gt_mutex);
+	free(v);
+	return flush_text(m, &text, &len, out, v ? 0 : -ENOMEM);
 }

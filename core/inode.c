@@ -13,7 +13,11 @@
  *  (1) at most one struct shoal_inode per inode number;
  *  (2) an inode with di_nlink == 0 is UNLINKED in its group's bitmap and is
  *      destroyed as soon as nobody uses it (inode_maybe_free);
- *  (3) a dinode read from disk passes inode_check before it is used.
+ *  (3) a dinode read from disk passes inode_check before it is used;
+ *  (4) an atime update kept in memory (i_atime_pending, the glock only SH)
+ *      goes into the dinode only with a transaction (inode_dirty, under
+ *      EX), and is dropped whenever the dinode is read again (another node
+ *      may have changed it) or the inode leaves memory.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -95,6 +99,7 @@ static int inode_refresh(struct shoal_fs *fs, struct shoal_inode *ip)
 
 	if (ip->i_gen == gen)
 		return 0;
+	inode_atime_drop(fs, ip); /* (4) */
 	err = buf_read_gen(fs, gen, ip->i_ino, SHOAL_MT_DINODE, &b);
 	if (err)
 		return err;
@@ -247,6 +252,7 @@ static void inode_evict(struct shoal_fs *fs, struct shoal_inode *ip)
 	}
 	if (!ip->i_freed)
 		ih_del(fs, ip);
+	inode_atime_drop(fs, ip); /* (4) */
 	buf_put(fs, ip->i_bh);
 	pthread_rwlock_destroy(&ip->i_iolock);
 	free(ip);
@@ -351,9 +357,45 @@ out_free:
 	return err;
 }
 
+static int ts_after(struct shoal_ts a, struct shoal_ts b)
+{
+	return a.ts_sec > b.ts_sec || (a.ts_sec == b.ts_sec && a.ts_nsec > b.ts_nsec);
+}
+
+struct shoal_ts inode_atime(struct shoal_inode *ip)
+{
+	struct shoal_ts a = ip_di(ip)->di_atime;
+	return ip->i_atime_pending && ts_after(ip->i_atime_pend, a) ? ip->i_atime_pend : a;
+}
+
+void inode_atime_defer(struct shoal_fs *fs, struct shoal_inode *ip)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_REALTIME, &ts);
+	ip->i_atime_pend = (struct shoal_ts){.ts_sec = ts.tv_sec, .ts_nsec = (uint32_t)ts.tv_nsec};
+	ip->i_atime_pending = 1;
+	fs->fs_ctr.sc_atime_deferred++;
+}
+
+void inode_atime_drop(struct shoal_fs *fs, struct shoal_inode *ip)
+{
+	if (!ip->i_atime_pending)
+		return;
+	ip->i_atime_pending = 0;
+	fs->fs_ctr.sc_atime_dropped++;
+}
+
 void inode_dirty(struct shoal_fs *fs, struct shoal_inode *ip, int dsync)
 {
 	trans_add(fs, ip->i_bh);
+	if (ip->i_atime_pending) {
+		/* the kept atime goes with this change (4); a change that sets
+		 * atime itself (setattr) does so after this */
+		if (ts_after(ip->i_atime_pend, ip_di(ip)->di_atime))
+			ip_di(ip)->di_atime = ip->i_atime_pend;
+		ip->i_atime_pending = 0;
+		fs->fs_ctr.sc_atime_written++;
+	}
 	ip->i_meta_seq = fs->fs_j.j_seq;
 	ip->i_meta_mod = fs->fs_j.j_mod;
 	if (dsync) {
@@ -378,8 +420,8 @@ void inode_stat(struct shoal_fs *fs, struct shoal_inode *ip, struct stat *st)
 		st->st_size = (off_t)((di->di_blocks > 1 ? di->di_blocks - 1 : 1) << fs->fs_bshift);
 	st->st_blksize = fs->fs_bsize;
 	st->st_blocks = (blkcnt_t)(di->di_blocks << (fs->fs_bshift - 9));
-	st->st_atim.tv_sec = di->di_atime.ts_sec;
-	st->st_atim.tv_nsec = di->di_atime.ts_nsec;
+	st->st_atim.tv_sec = inode_atime(ip).ts_sec;
+	st->st_atim.tv_nsec = inode_atime(ip).ts_nsec;
 	st->st_mtim.tv_sec = di->di_mtime.ts_sec;
 	st->st_mtim.tv_nsec = di->di_mtime.ts_nsec;
 	st->st_ctim.tv_sec = di->di_ctime.ts_sec;

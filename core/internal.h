@@ -19,6 +19,7 @@
 
 struct glock;
 struct gl_table;
+struct gl_tracer;
 
 /* --- buffer cache (buf.c) ---------------------------------------------- */
 
@@ -64,8 +65,8 @@ struct shoal_rgd {
 	uint32_t rd_last;    /* next-fit cursor */
 	struct glock *rd_gl; /* its glock (type 3, number rd_addr) */
 	uint64_t rd_gen;     /* rd_gl's generation rd_free was read at */
-	uint32_t rd_home_free; /* statfs: its home header's free count (fs_lock) */
-	uint64_t rd_home_ns;   /* ... read then (0: never) */
+	uint32_t rd_statfs_free; /* fs_lock: its home copy's count at the last statfs read */
+	int rd_statfs_valid;     /* ... and the group was not this node's then */
 };
 
 /* --- inodes (inode.c) --------------------------------------------------- */
@@ -85,6 +86,12 @@ struct shoal_inode {
 	int i_freed;            /* destroyed: out of the hash, blocks freed */
 	struct glock *i_gl;     /* its inode glock (cache generation) */
 	uint64_t i_gen;         /* i_gl's generation the dinode was read at */
+	/* A read's atime update the node could not write (its glock only SH):
+	 * shown by stat here, written with the inode's next transaction
+	 * (inode_dirty), dropped when the dinode is read again or the inode
+	 * leaves memory (docs/LOCKING.md "atime").  fs_lock. */
+	int i_atime_pending;
+	struct shoal_ts i_atime_pend;
 	/* Held shared while data moves outside fs_lock (reads), exclusive
 	 * while blocks are freed from under the mapping (truncate, punch).
 	 * Lock order: i_iolock before fs_lock. */
@@ -145,6 +152,7 @@ struct shoal_fs {
 
 	struct shoal_counters fs_ctr; /* fs_lock (read without it: racy is fine) */
 	struct gl_table *fs_gl;       /* glock cache (glock.c, its own mutex) */
+	struct gl_tracer *fs_tr;      /* glock trace subscribers (gltrace.c, own mutex) */
 	const struct lm_ops *fs_lm;   /* lock module */
 	int fs_cluster;               /* several nodes may mount (lm_cluster) */
 	uint32_t fs_jid;              /* this node's journal */
@@ -152,6 +160,7 @@ struct shoal_fs {
 	struct glock *fs_jgl;         /* this node's journal glock, held EX */
 	uint64_t *fs_orphans;         /* fs_lock: unlinked inodes to free later */
 	uint32_t fs_norphans, fs_orphans_cap;
+	uint64_t fs_statfs_ns;        /* statfs: when other groups were last read */
 };
 
 struct gl_ops;
@@ -254,6 +263,12 @@ void inode_free_orphans(struct shoal_fs *fs);
 void inode_dirty(struct shoal_fs *fs, struct shoal_inode *ip, int dsync);
 void inode_stat(struct shoal_fs *fs, struct shoal_inode *ip, struct stat *st);
 void inode_touch(struct shoal_inode *ip, int atime, int mtime, int ctime);
+/* The atime stat shows: the dinode's, or a newer one kept in memory. */
+struct shoal_ts inode_atime(struct shoal_inode *ip);
+/* Keep a read's atime update (now) in memory: the glock is only SH. */
+void inode_atime_defer(struct shoal_fs *fs, struct shoal_inode *ip);
+/* Forget a kept atime update, counting it as dropped. */
+void inode_atime_drop(struct shoal_fs *fs, struct shoal_inode *ip);
 /* Free the inode's blocks and the dinode (nlink 0, unused). */
 int inode_destroy(struct shoal_fs *fs, struct shoal_inode *ip);
 /* Called when nlink, nlookup or i_open may have reached zero. */
@@ -320,6 +335,10 @@ int perm_check(struct shoal_inode *ip, int mask);
 int perm_owner(struct shoal_inode *ip);
 /* removing ip from dp under the sticky rule: 0 or -EPERM */
 int perm_sticky(struct shoal_inode *dp, struct shoal_inode *ip);
+
+/* ops.c: unmount of a cluster node: write the atime updates kept in memory
+ * where a try-lock EX gets the glock, drop the others. */
+void ops_flush_atime(struct shoal_fs *fs);
 
 /* xattr.c */
 int xattr_set(struct shoal_fs *fs, struct shoal_inode *ip, const char *name, const void *value,

@@ -58,11 +58,36 @@ struct gl_ops {
 	const char *go_name;
 };
 
-/* gl_flags */
+/* gl_flags (the same bits as SHOAL_GLEV_F_* in trace events) */
 #define GLF_INFLIGHT 0x1  /* a lock module request is outstanding */
 #define GLF_DEMOTING 0x2  /* the worker is giving it back: no new holders */
 #define GLF_QUEUED 0x4    /* on the demote list */
 #define GLF_STICKY 0x8    /* never given back (this node's journal lock) */
+
+/* gh_flags */
+#define GHF_WAITING 0x1 /* not granted yet (on gl_waiters) */
+#define GHF_TRY 0x2     /* a try: fails rather than waits */
+#define GHF_OP 0x4      /* an operation's hold, dropped when it ends */
+#define GHF_ANON 0x8    /* gl_acquire's (mount, recovery, unmount): gl_put drops it */
+
+/*
+ * One local holder of a glock, or one thread waiting for it: what the
+ * glock dump shows under the glock.  Linked on gl_holders_q or
+ * gl_waiters_q, protected by gt_mutex.
+ */
+struct gl_holder {
+	struct glock *gh_gl;
+	uint8_t gh_state;      /* the state asked for */
+	uint8_t gh_flags;      /* GHF_* */
+	int gh_tid;            /* the thread holding or waiting */
+	int gh_pid;            /* the process the request serves (FUSE caller), 0 none */
+	uint64_t gh_since_ns;  /* when it was granted, or began to wait */
+	struct gl_holder *gh_prev, *gh_next;
+};
+
+struct gl_hq {
+	struct gl_holder *hq_first, *hq_last;
+};
 
 struct glock {
 	uint32_t gl_type;
@@ -72,6 +97,9 @@ struct glock {
 	uint8_t gl_want;      /* state of the request in flight (GLF_INFLIGHT) */
 	uint32_t gl_flags;
 	uint32_t gl_holders;  /* local holders now */
+	uint32_t gl_waiters;  /* threads waiting in gl_acquire now */
+	struct gl_hq gl_holders_q; /* the holders, oldest first */
+	struct gl_hq gl_waiters_q; /* the waiters, oldest first */
 	uint64_t gl_gen;      /* cache generation: changes at every invalidation */
 	uint64_t gl_use;      /* holds granted (demote notices new users) */
 	uint64_t gl_granted_ns;  /* when the current state was granted */
@@ -79,11 +107,18 @@ struct glock {
 	uint32_t gl_hold_ms;     /* minimum hold time now (adaptive) */
 	uint64_t gl_released_ns; /* when it was last given back */
 	uint8_t gl_lvb[32];   /* lock value block */
-	uint64_t gl_dcnt;     /* lock module requests */
+	/* statistics (shoal glstats) */
+	uint64_t gl_dcnt;     /* lock module requests (acquisitions, conversions) */
+	uint64_t gl_req_sh;   /* ... of which for SH */
+	uint64_t gl_req_ex;   /* ... of which for EX */
+	uint64_t gl_tryfail;  /* ... of which tries that were refused */
 	uint64_t gl_qcnt;     /* local holder requests */
 	uint64_t gl_callbacks;
 	uint64_t gl_demotions;
-	uint64_t gl_rtt_ns;   /* total lock module wait */
+	uint64_t gl_unlocks;  /* given back to the lock module (to UN) */
+	uint64_t gl_rtt_ns;   /* total lock module wait of the requests */
+	uint64_t gl_rtt_max_ns;
+	uint64_t gl_srtt_ns;  /* smoothed (1/8 per request) */
 	const struct gl_ops *gl_ops;
 	struct glock *gl_hnext;
 	struct glock *gl_dnext; /* demote list */
@@ -126,6 +161,13 @@ int gl_hold(struct shoal_fs *fs, uint32_t type, uint64_t number, int state);
 struct glock *gl_get(struct shoal_fs *fs, uint32_t type, uint64_t number);
 /* Is it held by this operation (or cached) in at least state? (fs_lock) */
 int gl_have(struct shoal_fs *fs, uint32_t type, uint64_t number, int state);
+/*
+ * Like gl_hold, but never restarts: a state the node does not cache is
+ * asked of the lock module with a try (an up-conversion included), which
+ * sends no callback and fails at once when another node is in the way.
+ * 0 (held until the operation ends), -EAGAIN, or -errno.  (fs_lock)
+ */
+int gl_try_hold(struct shoal_fs *fs, uint32_t type, uint64_t number, int state);
 
 /*
  * Operation context (one per thread).  op_begin before the first LOCK,
@@ -163,5 +205,16 @@ void gl_get_stats(struct shoal_fs *fs, struct gl_stats *st);
 
 /* time in ns (CLOCK_MONOTONIC) */
 uint64_t gl_now_ns(void);
+
+/* gltrace.c: the glock trace (shoal.h shoal_trace_*) */
+struct shoal_glevent;
+int gltr_init(struct shoal_fs *fs);
+void gltr_destroy(struct shoal_fs *fs);
+/* Is anyone subscribed?  (a racy read: an event may be missed by a
+ * subscriber that is just arriving, never by one already there) */
+int gltr_active(struct shoal_fs *fs);
+/* Give ev (its time is set here) to every subscriber whose filter matches;
+ * never blocks.  Called under gt_mutex (lock order: gt_mutex, tr_lock). */
+void gltr_emit(struct shoal_fs *fs, struct shoal_glevent *ev);
 
 #endif

@@ -969,6 +969,61 @@ out:
 	return err;
 }
 
+/*
+ * atime (R1; docs/LOCKING.md "atime").  A read always asks for its inode's
+ * glock SH; whether it must also update atime is decided here from every
+ * source — a read-only mount, noatime, O_NOATIME, the file's own no-atime
+ * flag (chattr +A), then strictatime (always) or relatime (the default:
+ * atime not after mtime or ctime, or a day old) — and never changes the
+ * lock asked for.  A due update:
+ *   - is written now, in the read's own small transaction, when the node
+ *     holds the glock EX anyway (or with lock=nolock);
+ *   - else is kept in memory (inode_atime_defer): stat on this node shows
+ *     it at once; it is written with the inode's next transaction on this
+ *     node (its next change, under EX), or at unmount if a try-lock to EX
+ *     gets the glock (ops_flush_atime), and dropped if the glock leaves
+ *     the node or the inode leaves memory first.
+ * So no read ever asks for EX, waits for it, or makes another node give a
+ * lock back.
+ */
+static int atime_due(struct shoal_fs *fs, struct shoal_inode *ip, int flags)
+{
+	struct shoal_dinode *di = ip_di(ip);
+	struct shoal_ts at = inode_atime(ip);
+	struct timespec now;
+
+	if (fs->fs_ro || fs->fs_opts.mo_atime == SHOAL_NOATIME || (flags & O_NOATIME) ||
+	    (di->di_flags & SHOAL_DIF_NOATIME))
+		return 0;
+	if (fs->fs_opts.mo_atime == SHOAL_STRICTATIME)
+		return 1;
+	clock_gettime(CLOCK_REALTIME, &now);
+	if (at.ts_sec < di->di_mtime.ts_sec ||
+	    (at.ts_sec == di->di_mtime.ts_sec && at.ts_nsec <= di->di_mtime.ts_nsec))
+		return 1;
+	if (at.ts_sec < di->di_ctime.ts_sec ||
+	    (at.ts_sec == di->di_ctime.ts_sec && at.ts_nsec <= di->di_ctime.ts_nsec))
+		return 1;
+	return now.tv_sec - at.ts_sec >= 24 * 3600;
+}
+
+/* A read of ip returned data (its glock held at least SH by this op). */
+static void update_atime(struct shoal_fs *fs, struct shoal_inode *ip, int flags)
+{
+	if (!atime_due(fs, ip, flags))
+		return;
+	if (!fs->fs_cluster || gl_have(fs, GL_INODE, ip->i_ino, GL_EX)) {
+		if (trans_begin(fs, 2))
+			return;
+		ip->i_atime_pending = 0; /* superseded by this one */
+		inode_dirty(fs, ip, 0);
+		inode_touch(ip, 1, 0, 0);
+		fs->fs_ctr.sc_atime_written++;
+		return;
+	}
+	inode_atime_defer(fs, ip);
+}
+
 static ssize_t do_readlink(struct shoal_fs *fs, uint64_t ino, char *buf, size_t size)
 {
 	struct shoal_inode *ip;
@@ -982,6 +1037,8 @@ static ssize_t do_readlink(struct shoal_fs *fs, uint64_t ino, char *buf, size_t 
 			n = -EINVAL;
 		else
 			n = file_read(fs, ip, buf, size, 0);
+		if (n >= 0)
+			update_atime(fs, ip, 0);
 		inode_put(fs, ip);
 	}
 	UNLOCK(fs);
@@ -1033,39 +1090,6 @@ static int do_release(struct shoal_fs *fs, uint64_t ino, int flags)
 	}
 	UNLOCK(fs);
 	return err;
-}
-
-/* Decide whether a read must update atime (R1: decided before locking). */
-static int atime_due(struct shoal_fs *fs, struct shoal_inode *ip, int flags)
-{
-	struct shoal_dinode *di = ip_di(ip);
-	struct timespec now;
-
-	if (fs->fs_ro || fs->fs_opts.mo_atime == SHOAL_NOATIME || (flags & O_NOATIME) ||
-	    (di->di_flags & SHOAL_DIF_NOATIME))
-		return 0;
-	if (fs->fs_opts.mo_atime == SHOAL_STRICTATIME)
-		return 1;
-	clock_gettime(CLOCK_REALTIME, &now);
-	if (di->di_atime.ts_sec < di->di_mtime.ts_sec ||
-	    (di->di_atime.ts_sec == di->di_mtime.ts_sec && di->di_atime.ts_nsec <= di->di_mtime.ts_nsec))
-		return 1;
-	if (di->di_atime.ts_sec < di->di_ctime.ts_sec ||
-	    (di->di_atime.ts_sec == di->di_ctime.ts_sec && di->di_atime.ts_nsec <= di->di_ctime.ts_nsec))
-		return 1;
-	return now.tv_sec - di->di_atime.ts_sec >= 24 * 3600;
-}
-
-static void update_atime(struct shoal_fs *fs, struct shoal_inode *ip, int flags)
-{
-	/* R1: a read never asks for EX; with only SH here the update waits
-	 * for a later read under EX, or is dropped (docs/LOCKING.md) */
-	if (fs->fs_cluster && !gl_have(fs, GL_INODE, ip->i_ino, GL_EX))
-		return;
-	if (atime_due(fs, ip, flags) && trans_begin(fs, 2) == 0) {
-		inode_dirty(fs, ip, 0);
-		inode_touch(ip, 1, 0, 0);
-	}
 }
 
 static ssize_t do_read(struct shoal_fs *fs, uint64_t ino, void *buf, size_t size, uint64_t off,
@@ -1489,7 +1513,8 @@ static int rd_cb(void *arg, const char *name, size_t len, uint64_t ino, uint8_t 
 	return rc->rc_fill(rc->rc_arg, name, &st, hash);
 }
 
-static int do_readdir(struct shoal_fs *fs, uint64_t ino, uint64_t off, shoal_fill_fn fill, void *arg)
+static int do_readdir(struct shoal_fs *fs, uint64_t ino, uint64_t off, int flags,
+		      shoal_fill_fn fill, void *arg)
 {
 	struct shoal_inode *dp;
 	struct rd_ctx rc = {fill, arg};
@@ -1521,7 +1546,7 @@ static int do_readdir(struct shoal_fs *fs, uint64_t ino, uint64_t off, shoal_fil
 	}
 	err = dir_iterate(fs, dp, off < 2 ? 2 : off, rd_cb, &rc);
 	if (!err)
-		update_atime(fs, dp, 0);
+		update_atime(fs, dp, flags);
 out_put:
 	inode_put(fs, dp);
 out:
@@ -1879,9 +1904,10 @@ int64_t shoal_lseek(struct shoal_fs *fs, uint64_t ino, uint64_t off, int whence)
 	return RUN(fs, do_lseek(fs, ino, off, whence));
 }
 
-int shoal_readdir(struct shoal_fs *fs, uint64_t ino, uint64_t off, shoal_fill_fn fill, void *arg)
+int shoal_readdir(struct shoal_fs *fs, uint64_t ino, uint64_t off, int flags, shoal_fill_fn fill,
+		  void *arg)
 {
-	return RUN(fs, do_readdir(fs, ino, off, fill, arg));
+	return RUN(fs, do_readdir(fs, ino, off, flags, fill, arg));
 }
 
 int shoal_setxattr(struct shoal_fs *fs, uint64_t ino, const char *name, const void *value,
@@ -1920,4 +1946,56 @@ int shoal_setflags(struct shoal_fs *fs, const struct shoal_ctx *ctx, uint64_t in
 int shoal_access(struct shoal_fs *fs, uint64_t ino, int mask)
 {
 	return RUN(fs, do_access(fs, ino, mask));
+}
+
+/* Unmount, one inode: its kept atime under a try-lock EX, or dropped. */
+static int flush_atime_one(struct shoal_fs *fs, uint64_t ino)
+{
+	struct shoal_inode *ip;
+	int err = 0;
+
+	LOCK(fs);
+	ip = inode_find(fs, ino);
+	if (ip && ip->i_atime_pending) {
+		/* a try sends no callback: a node still using the inode keeps
+		 * its lock, and the update is dropped */
+		err = fs->fs_ro ? -EROFS : gl_try_hold(fs, GL_INODE, ino, GL_EX);
+		if (!err)
+			err = trans_begin(fs, 2);
+		if (!err)
+			inode_dirty(fs, ip, 0); /* writes it and counts it */
+		else
+			inode_atime_drop(fs, ip);
+	}
+	inode_put(fs, ip);
+	UNLOCK(fs);
+	return err;
+}
+
+void ops_flush_atime(struct shoal_fs *fs)
+{
+	uint64_t *inos = NULL;
+	size_t n = 0, cap = 0;
+
+	LOCK(fs);
+	for (uint32_t i = 0; i <= fs->fs_ihmask; i++)
+		for (struct shoal_inode *ip = fs->fs_ihash[i]; ip; ip = ip->i_hnext) {
+			if (!ip->i_atime_pending)
+				continue;
+			if (n == cap) {
+				uint64_t *m = realloc(inos, (cap = cap ? cap * 2 : 64) * sizeof(*m));
+				if (!m)
+					goto out_unlock; /* without memory they are dropped */
+				inos = m;
+			}
+			inos[n++] = ip->i_ino;
+		}
+out_unlock:
+	UNLOCK(fs);
+	for (size_t i = 0; i < n; i++) {
+		op_begin(fs);
+		(void)flush_atime_one(fs, inos[i]);
+		op_end(fs);
+	}
+	free(inos);
 }

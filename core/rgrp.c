@@ -508,31 +508,42 @@ uint64_t rg_statfs_free(struct shoal_fs *fs)
 {
 	uint64_t now = gl_now_ns(), t = 0;
 	uint8_t *blk = NULL;
+	int refresh;
 
 	if (!fs->fs_cluster)
 		return rg_free_total(fs);
+	/* the device reads of other nodes' groups are what is kept for a
+	 * second; a group this node holds always counts what it is now, so
+	 * the node's own allocations show at once */
+	refresh = !fs->fs_statfs_ns || now - fs->fs_statfs_ns >= 1000000000ull;
+	if (refresh)
+		blk = malloc(fs->fs_bsize);
 	for (uint32_t i = 0; i < fs->fs_rgcount; i++) {
 		struct shoal_rgd *rd = &fs->fs_rgds[i];
-		struct shoal_rg *rg;
+		struct shoal_rg *rg = (void *)blk;
 		if (rg_usable(fs, rd)) {
 			t += rg_current_free(fs, rd);
+			rd->rd_statfs_valid = 0; /* held now: read it again once given up */
 			continue;
 		}
-		if (!rd->rd_home_ns || now - rd->rd_home_ns >= 1000000000ull) {
-			if (!blk)
-				blk = malloc(fs->fs_bsize);
-			rg = (void *)blk;
+		/* groups another node holds: their home copy, current up to
+		 * that node's last checkpoint (docs/LOCKING.md "statfs") */
+		if (refresh) {
 			if (!blk ||
 			    dev_read(fs->fs_dev, blk, fs->fs_bsize, rd->rd_addr << fs->fs_bshift) ||
 			    meta_check(blk, fs->fs_bsize, SHOAL_MT_RG, rd->rd_addr) ||
 			    rg->rg_free > rd->rd_length)
-				rd->rd_home_free = rd->rd_free;
+				rd->rd_statfs_free = rd->rd_free;
 			else
-				rd->rd_home_free = rg->rg_free;
-			rd->rd_home_ns = now;
+				rd->rd_statfs_free = rg->rg_free;
+			rd->rd_statfs_valid = 1;
 		}
-		t += rd->rd_home_free;
+		/* given up since the last read: what this node left in it */
+		t += rd->rd_statfs_valid ? rd->rd_statfs_free : rd->rd_free;
 	}
-	free(blk);
+	if (refresh) {
+		free(blk);
+		fs->fs_statfs_ns = now;
+	}
 	return t;
 }

@@ -464,6 +464,8 @@ int shoal_unmount(struct shoal_fs *fs)
 		pthread_mutex_unlock(&fs->fs_lock);
 		inode_free_orphans(fs);
 	}
+	if (fs->fs_cluster)
+		ops_flush_atime(fs); /* while the glocks still work */
 	gl_stop(fs); /* no more demotions: we leave the cluster below */
 	pthread_mutex_lock(&fs->fs_lock);
 	if (!fs->fs_ro && !fs->fs_cluster) {

@@ -14,7 +14,11 @@
  *  (3) the socket file exists only while the server is listening on it:
  *      created (after removing a stale one) before ready is called, removed
  *      by ctl_stop();
- *  (4) ready is called exactly once, from the control thread.
+ *  (4) ready is called exactly once, from the control thread;
+ *  (5) a streaming command (cc_stream) runs on a thread of its own, at most
+ *      CTL_STREAMS_MAX at once, so it never holds up the other commands;
+ *      ctl_stop sets cs_stop, which each stream notices within a fraction
+ *      of a second, and joins every stream thread before it returns.
  *
  * States: STARTING (stat + bind) -> SERVING -> STOPPED (ctl_stop writes the
  * wake-up pipe; the thread leaves its poll loop; ctl_stop joins it).
@@ -40,6 +44,17 @@
 #include <unistd.h>
 
 #define CTL_IO_TIMEOUT_S 5
+#define CTL_STREAMS_MAX 8
+
+struct ctl_stream {
+	struct ctl_server *st_cs;
+	const struct ctl_cmd *st_cmd;
+	int st_fd;
+	int st_done;              /* set by the stream thread as it ends */
+	pthread_t st_thread;
+	struct ctl_stream *st_next;
+	char st_args[];
+};
 
 struct ctl_server {
 	char *cs_mountpoint;
@@ -51,6 +66,9 @@ struct ctl_server {
 	int cs_wake[2];     /* ctl_stop writes [1]; the thread polls [0] */
 	int cs_listen;      /* -1 until bound; owned by the thread */
 	char cs_path[sizeof(((struct sockaddr_un *)0)->sun_path)]; /* "" until bound */
+	int cs_stop;                 /* ctl_stop: streams end (atomic) */
+	struct ctl_stream *cs_streams; /* running or ended, not yet joined (control thread) */
+	int cs_nstreams;
 };
 
 /* The built-in "help": every command and what it does. */
@@ -88,12 +106,66 @@ static ssize_t ctl_read_line(int fd, char *buf, size_t size)
 	return (ssize_t)strlen(buf);
 }
 
-/* Serve one connection: read the command, run it, reply.  Closes fd. */
+static void *ctl_stream_main(void *arg)
+{
+	struct ctl_stream *st = arg;
+
+	st->st_cmd->cc_stream(st->st_cs->cs_arg, st->st_args, st->st_fd, &st->st_cs->cs_stop);
+	close(st->st_fd);
+	__atomic_store_n(&st->st_done, 1, __ATOMIC_RELEASE);
+	return NULL;
+}
+
+/* Join the stream threads that have ended (all of them with all set). */
+static void ctl_reap(struct ctl_server *cs, int all)
+{
+	struct ctl_stream **pp = &cs->cs_streams, *st;
+
+	while ((st = *pp)) {
+		if (!all && !__atomic_load_n(&st->st_done, __ATOMIC_ACQUIRE)) {
+			pp = &st->st_next;
+			continue;
+		}
+		pthread_join(st->st_thread, NULL);
+		*pp = st->st_next;
+		cs->cs_nstreams--;
+		free(st);
+	}
+}
+
+/* Hand fd to a thread running cc's stream.  0, or -errno (fd still ours). */
+static int ctl_stream_start(struct ctl_server *cs, const struct ctl_cmd *cc, const char *args,
+			    int fd)
+{
+	struct ctl_stream *st;
+
+	ctl_reap(cs, 0);
+	if (cs->cs_nstreams >= CTL_STREAMS_MAX)
+		return -EBUSY;
+	st = calloc(1, sizeof(*st) + strlen(args) + 1);
+	if (!st)
+		return -ENOMEM;
+	st->st_cs = cs;
+	st->st_cmd = cc;
+	st->st_fd = fd;
+	strcpy(st->st_args, args);
+	if (pthread_create(&st->st_thread, NULL, ctl_stream_main, st)) {
+		free(st);
+		return -EAGAIN;
+	}
+	st->st_next = cs->cs_streams;
+	cs->cs_streams = st;
+	cs->cs_nstreams++;
+	return 0;
+}
+
+/* Serve one connection: read the command, run it, reply.  Closes fd
+ * (or hands it to a streaming command's thread). */
 static void ctl_serve(struct ctl_server *cs, int fd)
 {
 	struct timeval tv = { .tv_sec = CTL_IO_TIMEOUT_S };
 	char line[SHOAL_CTL_LINE_MAX];
-	const struct ctl_cmd *cc;
+	const struct ctl_cmd *cc = NULL;
 	const char *args;
 	size_t namelen;
 	ssize_t n;
@@ -103,6 +175,21 @@ static void ctl_serve(struct ctl_server *cs, int fd)
 	setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
 	setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof(tv));
 	n = ctl_read_line(fd, line, sizeof(line));
+	if (n >= 0) {
+		namelen = strcspn(line, " \t");
+		args = line + namelen + strspn(line + namelen, " \t");
+		for (cc = cs->cs_cmds; cc->cc_name; cc++)
+			if (strlen(cc->cc_name) == namelen && !strncmp(line, cc->cc_name, namelen))
+				break;
+		if (cc->cc_name && cc->cc_stream) {
+			ret = ctl_stream_start(cs, cc, args, fd);
+			if (ret == 0)
+				return;
+			dprintf(fd, "error %s\n", strerror(-ret));
+			close(fd);
+			return;
+		}
+	}
 	out = fdopen(fd, "w");
 	if (!out) {
 		close(fd);
@@ -112,15 +199,10 @@ static void ctl_serve(struct ctl_server *cs, int fd)
 		fprintf(out, "error %s\n", strerror((int)-n));
 		goto out_close;
 	}
-	namelen = strcspn(line, " \t");
-	args = line + namelen + strspn(line + namelen, " \t");
 	if (namelen == 4 && !strncmp(line, "help", 4)) {
 		ctl_help(cs, out);
 		goto out_close;
 	}
-	for (cc = cs->cs_cmds; cc->cc_name; cc++)
-		if (strlen(cc->cc_name) == namelen && !strncmp(line, cc->cc_name, namelen))
-			break;
 	if (!cc->cc_name) {
 		fprintf(out, "error unknown command\n");
 		goto out_close;
@@ -225,6 +307,7 @@ static void *ctl_main(void *arg)
 		if (fd < 0)
 			continue; /* ECONNABORTED, EMFILE...: try again later */
 		ctl_serve(cs, fd);
+		ctl_reap(cs, 0);
 	}
 	return NULL;
 }
@@ -274,10 +357,12 @@ void ctl_stop(struct ctl_server *cs)
 
 	if (!cs)
 		return;
+	__atomic_store_n(&cs->cs_stop, 1, __ATOMIC_RELEASE);
 	do
 		n = write(cs->cs_wake[1], "x", 1);
 	while (n < 0 && errno == EINTR);
 	pthread_join(cs->cs_thread, NULL);
+	ctl_reap(cs, 1); /* each notices cs_stop (5) */
 	if (cs->cs_listen >= 0) {
 		unlink(cs->cs_path);
 		close(cs->cs_listen);

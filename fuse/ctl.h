@@ -4,7 +4,8 @@
  *
  * Generic: it knows nothing of shoal but a table of commands.  A command
  * writes its reply to a stdio stream; the server adds "error ..." when it
- * fails, and "error unknown command" for a name not in the table.
+ * fails, and "error unknown command" for a name not in the table.  A
+ * streaming command gets the socket and a thread of its own instead.
  */
 #ifndef SHOAL_FUSE_CTL_H
 #define SHOAL_FUSE_CTL_H
@@ -24,6 +25,14 @@ struct ctl_cmd {
 	 * "error ..." itself and returns 0).
 	 */
 	int (*cc_run)(void *arg, const char *args, FILE *out);
+	/*
+	 * A streaming command (trace) has cc_stream instead of cc_run: it
+	 * runs on a thread of its own with the connection's socket, writing
+	 * to it until the client goes away or *stop becomes non-zero (the
+	 * server is stopping), which it must notice within a fraction of a
+	 * second; the server closes fd after it returns.
+	 */
+	void (*cc_stream)(void *arg, const char *args, int fd, const int *stop);
 };
 
 /*
@@ -42,7 +51,8 @@ int ctl_start(const char *mountpoint, const struct ctl_cmd *cmds, void *arg,
 	      ctl_ready_fn ready, void *ready_arg, struct ctl_server **out);
 
 /*
- * Stop serving, remove the socket and free the server.  The caller must
+ * Stop serving (streaming commands included: they are told and joined),
+ * remove the socket and free the server.  The caller must
  * make sure a pending stat of the mountpoint can finish (the FUSE session
  * is served or its connection closed), or this waits for it.
  */

@@ -1,20 +1,33 @@
 /*
  * ctlcmd.c - the control commands of shoal-mount, served by ctl.c:
- *   stat    every counter of the mount as "name value", then "readonly 0|1"
- *           and, if the mount went read-only on an error, "error TEXT";
- *   status  device, mountpoint, node, lock, options, pid, log.
+ *   stat     every counter of the mount as "name value", then "readonly 0|1"
+ *            and, if the mount went read-only on an error, "error TEXT";
+ *   status   device, mountpoint, node, lock, options, pid, log;
+ *   glocks   [FILTER] every cached glock with its holders and waiters;
+ *   glstats  [FILTER] per-type and per-glock lock statistics;
+ *   trace    [FILTER] streams glock events until the client goes away or
+ *            the mount does (docs/LOCKING.md, docs/CONTROL.md).
  *
  * Invariants:
  *  (1) every field of struct shoal_counters appears in counter_names, in
  *      order, under its name without the sc_ prefix (checked at compile
  *      time by the size of the table);
- *  (2) commands only read: they never change the mount.
+ *  (2) commands only read: they never change the mount;
+ *  (3) a trace never blocks the glock layer: events wait in the
+ *      subscriber's ring (libshoal drops and counts them when it is full)
+ *      and reach the socket from the stream's own thread, which holds no
+ *      libshoal lock while it writes.
  */
 #include "smount.h"
 
+#include <shoal/glfilter.h>
+
 #include <errno.h>
+#include <poll.h>
 #include <stddef.h>
 #include <stdio.h>
+#include <string.h>
+#include <sys/socket.h>
 
 #define COUNTER(f) { #f, offsetof(struct shoal_counters, sc_##f) }
 static const struct {
@@ -43,6 +56,9 @@ static const struct {
 	COUNTER(gl_rtt_us),
 	COUNTER(recoveries),
 	COUNTER(corrupt),
+	COUNTER(atime_written),
+	COUNTER(atime_deferred),
+	COUNTER(atime_dropped),
 };
 #define COUNTER_COUNT (sizeof(counter_names) / sizeof(counter_names[0]))
 _Static_assert(COUNTER_COUNT * sizeof(uint64_t) == sizeof(struct shoal_counters),
@@ -86,15 +102,133 @@ static int cmd_status(void *arg, const char *args, FILE *out)
 	return 0;
 }
 
+/* The filter in args; 0, or 1 after writing "error bad filter: ..." to out. */
+static int filter_arg(const char *args, struct glfilter *f, FILE *out)
+{
+	char err[256];
+
+	if (glf_compile(f, args, err, sizeof(err)) == 0)
+		return 0;
+	fprintf(out, "error bad filter: %s\n", err);
+	return 1;
+}
+
 static int cmd_glocks(void *arg, const char *args, FILE *out)
 {
 	struct smount *sm = arg;
-	return shoal_dump_glocks(sm->sm_fs, out);
+	struct glfilter f;
+
+	if (filter_arg(args, &f, out))
+		return 0;
+	return shoal_dump_glocks(sm->sm_fs, out, &f);
+}
+
+static int cmd_glstats(void *arg, const char *args, FILE *out)
+{
+	struct smount *sm = arg;
+	struct glfilter f;
+
+	if (filter_arg(args, &f, out))
+		return 0;
+	return shoal_dump_glstats(sm->sm_fs, out, &f);
+}
+
+/* The client closed its end (or the connection broke)? */
+static int peer_gone(int fd)
+{
+	struct pollfd p = { .fd = fd, .events = POLLRDHUP };
+	return poll(&p, 1, 0) > 0 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR));
+}
+
+/* Write all of buf; -1 when the client is gone or the server stops. */
+static int send_all(int fd, const char *buf, size_t len, const int *stop)
+{
+	while (len) {
+		ssize_t n = send(fd, buf, len, MSG_NOSIGNAL | MSG_DONTWAIT);
+		if (n > 0) {
+			buf += n;
+			len -= (size_t)n;
+			continue;
+		}
+		if (n < 0 && errno != EAGAIN && errno != EINTR)
+			return -1;
+		/* the client reads slowly: libshoal keeps (or drops) events meanwhile */
+		struct pollfd p = { .fd = fd, .events = POLLOUT | POLLRDHUP };
+		poll(&p, 1, 200);
+		if ((p.revents & (POLLRDHUP | POLLHUP | POLLERR)) || __atomic_load_n(stop, __ATOMIC_ACQUIRE))
+			return -1;
+	}
+	return 0;
+}
+
+#define TRACE_BATCH 64
+#define TRACE_LINE 160
+
+static void cmd_trace(void *arg, const char *args, int fd, const int *stop)
+{
+	struct smount *sm = arg;
+	static __thread struct shoal_glevent ev[TRACE_BATCH];
+	static __thread char buf[TRACE_BATCH * TRACE_LINE + 256];
+	struct shoal_trace *t;
+	struct glfilter f;
+	char err[256];
+	int len, ret;
+
+	if (glf_compile(&f, args, err, sizeof(err))) {
+		len = snprintf(buf, sizeof(buf), "error bad filter: %s\n", err);
+		send_all(fd, buf, (size_t)len, stop);
+		return;
+	}
+	ret = shoal_trace_open(sm->sm_fs, &f, &t);
+	if (ret < 0) {
+		len = snprintf(buf, sizeof(buf), "error %s\n", strerror(-ret));
+		send_all(fd, buf, (size_t)len, stop);
+		return;
+	}
+	/* the first line says the subscription is in place: every event from
+	 * now on is in the stream (or counted as dropped) */
+	len = snprintf(buf, sizeof(buf), "# tracing glocks of %s (node %s), filter: %s\n",
+		       sm->sm_mountpoint, sm->sm_node, *args ? args : "(none)");
+	if (send_all(fd, buf, (size_t)len, stop) < 0)
+		goto out_close;
+	for (;;) {
+		uint64_t dropped;
+		size_t n;
+
+		if (__atomic_load_n(stop, __ATOMIC_ACQUIRE)) {
+			len = snprintf(buf, sizeof(buf), "# end: %s is being unmounted\n",
+				       sm->sm_mountpoint);
+			send_all(fd, buf, (size_t)len, stop);
+			break;
+		}
+		n = shoal_trace_read(t, ev, TRACE_BATCH, 200, &dropped);
+		len = 0;
+		if (dropped)
+			len = snprintf(buf, sizeof(buf),
+				       "# dropped %llu events: this reader was too slow\n",
+				       (unsigned long long)dropped);
+		for (size_t i = 0; i < n; i++) {
+			int w = shoal_glevent_format(&ev[i], buf + len, TRACE_LINE - 1);
+			len += w < TRACE_LINE - 1 ? w : TRACE_LINE - 2;
+			buf[len++] = '\n';
+		}
+		if (len && send_all(fd, buf, (size_t)len, stop) < 0)
+			break;
+		if (!n && peer_gone(fd))
+			break;
+	}
+out_close:
+	shoal_trace_close(t);
 }
 
 const struct ctl_cmd smount_ctl_cmds[] = {
-	{ "glocks", "every cached glock: state, flags, target, holders, counts", cmd_glocks },
-	{ "stat", "counters of this mount, one \"name value\" per line", cmd_stat },
-	{ "status", "device, mountpoint, node, lock, options, pid", cmd_status },
-	{ NULL, NULL, NULL },
+	{ "glocks", "[FILTER] every cached glock: state, flags, target, demote, holders, waiters",
+	  cmd_glocks, NULL },
+	{ "glstats", "[FILTER] lock requests, callbacks, demotions, round trips per type and glock",
+	  cmd_glstats, NULL },
+	{ "stat", "counters of this mount, one \"name value\" per line", cmd_stat, NULL },
+	{ "status", "device, mountpoint, node, lock, options, pid", cmd_status, NULL },
+	{ "trace", "[FILTER] stream glock state changes, requests, callbacks, demote requests",
+	  NULL, cmd_trace },
+	{ NULL, NULL, NULL, NULL },
 };

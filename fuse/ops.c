@@ -648,6 +648,8 @@ static void op_opendir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi
 		fuse_reply_err(req, -ret);
 		return;
 	}
+	/* readdir gets no open flags: the handle carries them (O_NOATIME) */
+	fi->fh = (uint64_t)(unsigned)fi->flags;
 	if (fuse_reply_open(req, fi) != 0)
 		shoal_release(fs, ino_in(fs, ino), fi->flags);
 }
@@ -702,7 +704,7 @@ static void op_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 		fuse_reply_err(req, ENOMEM);
 		return;
 	}
-	ret = shoal_readdir(fs, ino_in(fs, ino), (uint64_t)off, rd_plain_fill, &rp);
+	ret = shoal_readdir(fs, ino_in(fs, ino), (uint64_t)off, (int)fi->fh, rd_plain_fill, &rp);
 	if (ret < 0 && rp.rp_used == 0)
 		fuse_reply_err(req, -ret);
 	else
@@ -782,7 +784,7 @@ static void op_readdirplus(fuse_req_t req, fuse_ino_t ino, size_t size, off_t of
 	char *buf = NULL;
 	int ret;
 
-	ret = shoal_readdir(fs, dir, (uint64_t)off, rd_plus_collect, &rx);
+	ret = shoal_readdir(fs, dir, (uint64_t)off, (int)fi->fh, rd_plus_collect, &rx);
 	if (ret == 0)
 		ret = rx.rx_err;
 	if (ret < 0 && rx.rx_count == 0)

@@ -42,7 +42,7 @@ struct smount {
 };
 
 extern const struct fuse_lowlevel_ops smount_ops;
-/* The control commands: stat, status. */
+/* The control commands: stat, status, glocks, glstats, trace. */
 extern const struct ctl_cmd smount_ctl_cmds[];
 
 #endif

@@ -4,6 +4,9 @@
  *
  *	shoal stat MOUNTPOINT      counters of the mount
  *	shoal status MOUNTPOINT    device, node, lock, options, pid of the mount
+ *	shoal glocks MOUNTPOINT [FILTER]   cached glocks, holders, waiters
+ *	shoal glstats MOUNTPOINT [FILTER]  lock statistics per type and glock
+ *	shoal trace MOUNTPOINT [FILTER]    stream glock events until ^C
  *	shoal umount MOUNTPOINT    unmount and wait until the daemon is done
  *	shoal COMMAND MOUNTPOINT [ARGS...]   any other command the daemon knows
  *	shoal help
@@ -12,9 +15,12 @@
  *  (1) the socket is found from the device number of MOUNTPOINT alone
  *      (any path inside the mount works), never from a table of mounts;
  *  (2) the exit status is 0 only if the daemon answered and its reply does
- *      not start with "error "; exit codes are those of usage().
+ *      not start with "error "; exit codes are those of usage();
+ *  (3) a FILTER is checked here before anything is sent: a bad one is
+ *      exit 2 with the reason and where in the filter it is.
  */
 #include <shoal/ctl.h>
+#include <shoal/glfilter.h>
 
 #include <errno.h>
 #include <fcntl.h>
@@ -49,17 +55,35 @@ static void usage(FILE *out)
 		"            fsyncs, buffer cache, lock requests, corrupt blocks;\n"
 		"            then \"readonly 0|1\" and \"error TEXT\" if it failed\n"
 		"  status    device, mountpoint, node, lock, options, pid, log\n"
+		"  glocks [FILTER]\n"
+		"            every glock the node caches, with its holders and waiters\n"
+		"  glstats [FILTER]\n"
+		"            lock manager requests (SH, EX, refused tries), local\n"
+		"            requests, callbacks, demotions and round-trip times, per\n"
+		"            glock type and per glock\n"
+		"  trace [FILTER]\n"
+		"            stream glock state changes, lock requests, callbacks and\n"
+		"            demote requests as they happen, one line each, until ^C\n"
+		"            or the mount goes away\n"
 		"  umount    unmount MOUNTPOINT and wait until its daemon has finished\n"
 		"            writing (plain umount returns before that)\n"
 		"  help      this text; `" PROG " help MOUNTPOINT` lists what that\n"
 		"            daemon knows\n"
 		"Any other COMMAND is sent to the daemon as it is.\n"
 		"\n"
+		"FILTER (one argument, or several joined by spaces) is an expression\n"
+		"over the fields gltype, glnum, prev (from), new (to), target, dstate,\n"
+		"flags and kind; numbers decimal or 0x hex, states UN SH DF EX none,\n"
+		"kinds state request callback demote; operators == != < > <= >= && ||\n"
+		"! and parentheses, e.g.  " PROG " trace /mnt/a 'gltype == 2 && glnum == 1234'\n"
+		"(docs/LOCKING.md)\n"
+		"\n"
 		"exit status:\n"
-		"  0  the daemon answered and the command succeeded\n"
+		"  0  the daemon answered and the command succeeded (trace: the\n"
+		"     stream ended because the mount went away)\n"
 		"  1  MOUNTPOINT is not a shoal mount, the daemon cannot be reached,\n"
 		"     or the command failed (the reply starts with \"error\")\n"
-		"  2  bad usage\n");
+		"  2  bad usage, or a bad FILTER\n");
 }
 
 /*
@@ -232,6 +256,95 @@ static int pid_running(long pid)
 	return !(p && p[1] == ' ' && (p[2] == 'Z' || p[2] == 'X'));
 }
 
+/* FILTER as given: 0, or EXIT_USAGE after saying what is wrong and where. */
+static int check_filter(const char *filter)
+{
+	struct glfilter f;
+	char err[256];
+	int col = 0;
+
+	if (glf_compile(&f, filter, err, sizeof(err)) == 0)
+		return 0;
+	fprintf(stderr, PROG ": bad filter: %s\n", err);
+	if (sscanf(err, "column %d", &col) == 1 && col > 0)
+		fprintf(stderr, "  %s\n  %*s^\n", filter, col - 1, "");
+	return EXIT_USAGE;
+}
+
+/* Write all of buf to fd 1; -1 when stdout is gone (| head). */
+static int out_all(const char *buf, size_t len)
+{
+	while (len) {
+		ssize_t n = write(STDOUT_FILENO, buf, len);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n <= 0)
+			return -1;
+		buf += n;
+		len -= (size_t)n;
+	}
+	return 0;
+}
+
+/*
+ * trace: send "trace FILTER" and copy the stream to stdout as it comes,
+ * until the daemon closes it (the mount went away) or we are stopped.
+ * The write side stays open: closing it tells the daemon we left.
+ */
+static int cmd_trace(const char *path, const char *filter)
+{
+	char chunk[8192], *req = NULL;
+	size_t got = 0;
+	int fd, ret = EXIT_FAIL, first = 1;
+	ssize_t n;
+
+	if (check_filter(filter))
+		return EXIT_USAGE;
+	if (asprintf(&req, "trace %s\n", filter) < 0 || strlen(req) > SHOAL_CTL_LINE_MAX) {
+		fprintf(stderr, PROG ": filter too long\n");
+		free(req);
+		return EXIT_USAGE;
+	}
+	fd = ctl_connect(path);
+	if (fd < 0) {
+		free(req);
+		return EXIT_FAIL;
+	}
+	if (send(fd, req, strlen(req), MSG_NOSIGNAL) != (ssize_t)strlen(req)) {
+		fprintf(stderr, PROG ": %s: send: %s\n", path, strerror(errno));
+		goto out_close;
+	}
+	for (;;) {
+		n = read(fd, chunk, sizeof(chunk));
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0) {
+			fprintf(stderr, PROG ": %s: read: %s\n", path, strerror(errno));
+			goto out_close;
+		}
+		if (n == 0)
+			break;
+		if (first && got + (size_t)n >= 6 && !strncmp(chunk, "error ", 6)) {
+			fwrite(chunk, 1, (size_t)n, stderr);
+			ret = strncmp(chunk, "error bad filter", 16) ? EXIT_FAIL : EXIT_USAGE;
+			goto out_close;
+		}
+		first = 0;
+		got += (size_t)n;
+		if (out_all(chunk, (size_t)n) < 0) {
+			ret = EXIT_SUCCESS; /* the reader of our output is gone */
+			goto out_close;
+		}
+	}
+	ret = got ? EXIT_SUCCESS : EXIT_FAIL;
+	if (!got)
+		fprintf(stderr, PROG ": %s: the daemon closed the trace without a word\n", path);
+out_close:
+	free(req);
+	close(fd);
+	return ret;
+}
+
 /* umount: find the daemon, unmount its mountpoint, wait for it to exit. */
 static int cmd_umount(const char *path)
 {
@@ -321,7 +434,14 @@ int main(int argc, char **argv)
 		strcat(line, " ");
 		strcat(line, argv[i]);
 	}
-	ret = ctl_call(mp, line, stdout, NULL);
+	if (!strcmp(cmd, "trace")) {
+		ret = cmd_trace(mp, line + strlen(cmd) + (argc > 3));
+	} else if ((!strcmp(cmd, "glocks") || !strcmp(cmd, "glstats")) &&
+		   check_filter(line + strlen(cmd) + (argc > 3))) {
+		ret = EXIT_USAGE;
+	} else {
+		ret = ctl_call(mp, line, stdout, NULL);
+	}
 	free(line);
 	return ret;
 }

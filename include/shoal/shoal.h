@@ -103,6 +103,9 @@ struct shoal_counters {
 	uint64_t sc_gl_rtt_us;       /* total lock module wait, microseconds */
 	uint64_t sc_recoveries;      /* journals of dead nodes replayed */
 	uint64_t sc_corrupt;         /* metadata blocks that failed checks */
+	uint64_t sc_atime_written;   /* atime updates of reads written in a transaction */
+	uint64_t sc_atime_deferred;  /* due atime updates kept in memory (glock only SH) */
+	uint64_t sc_atime_dropped;   /* kept updates lost: glock or inode left the node */
 };
 
 /* mount/unmount: the device is owned by the fs once shoal_mount succeeds
@@ -119,8 +122,68 @@ uint64_t shoal_root(struct shoal_fs *fs);
 uint32_t shoal_bsize(struct shoal_fs *fs);
 int shoal_is_readonly(struct shoal_fs *fs);
 void shoal_counters(struct shoal_fs *fs, struct shoal_counters *out);
-/* Every cached glock, one line each (shoal glocks; docs/LOCKING.md). */
-int shoal_dump_glocks(struct shoal_fs *fs, FILE *out);
+/*
+ * Every cached glock matching filter (NULL: all), one "G:" line each with
+ * its holders ("H:") and waiters ("W:") under it (shoal glocks), or its
+ * counters, after per-type totals (shoal glstats); docs/LOCKING.md.  The
+ * text is made under the glock mutex and written to out after it is
+ * dropped.  0 or -ENOMEM.
+ */
+struct glfilter;
+int shoal_dump_glocks(struct shoal_fs *fs, FILE *out, const struct glfilter *filter);
+int shoal_dump_glstats(struct shoal_fs *fs, FILE *out, const struct glfilter *filter);
+
+/*
+ * The glock trace (shoal trace; docs/LOCKING.md "Trace").  Every glock
+ * state change, lock module request, blocking callback and demote request
+ * is an event.  A subscriber gets the events its filter matches in a ring
+ * of its own; when the ring is full, events are dropped and counted,
+ * never waited for: the glock layer never blocks on a reader.
+ */
+enum shoal_glev_kind {
+	SHOAL_GLEV_STATE = 1,    /* a lock module request or a demotion completed */
+	SHOAL_GLEV_REQUEST = 2,  /* a lock module request was sent */
+	SHOAL_GLEV_CALLBACK = 3, /* another node asked for the glock */
+	SHOAL_GLEV_DEMOTE = 4,   /* a demotion was queued */
+};
+/* ev_flags: the glock's flags at the event, and what the event adds */
+#define SHOAL_GLEV_F_INFLIGHT 0x001 /* I: a lock module request in flight */
+#define SHOAL_GLEV_F_DEMOTING 0x002 /* D: being demoted */
+#define SHOAL_GLEV_F_QUEUED 0x004   /* Q: a demotion queued */
+#define SHOAL_GLEV_F_STICKY 0x008   /* S: never given back */
+#define SHOAL_GLEV_F_TRY 0x100      /* T: a try request (fails rather than waits) */
+#define SHOAL_GLEV_F_FAILED 0x200   /* E: the request failed (a try not grantable) */
+
+struct shoal_glevent {
+	uint64_t ev_time_ns; /* CLOCK_REALTIME */
+	uint64_t ev_glnum;
+	uint32_t ev_gltype;
+	uint32_t ev_flags;   /* SHOAL_GLEV_F_* */
+	int8_t ev_kind;      /* enum shoal_glev_kind */
+	int8_t ev_prev;      /* glock states (UN 0, SH 1, DF 2, EX 3), -1: none */
+	int8_t ev_new;
+	int8_t ev_target;
+	int8_t ev_dstate;
+};
+
+struct shoal_trace;
+/* Subscribe with a filter (NULL: everything); -EBUSY when too many do. */
+int shoal_trace_open(struct shoal_fs *fs, const struct glfilter *filter,
+		     struct shoal_trace **out);
+/*
+ * Up to max events, waiting at most timeout_ms for the first; *dropped is
+ * set to the events lost (ring full) since the last call.  Returns the
+ * number of events (0 on timeout).
+ */
+size_t shoal_trace_read(struct shoal_trace *t, struct shoal_glevent *ev, size_t max,
+			int timeout_ms, uint64_t *dropped);
+/* Unsubscribe; every subscriber must be closed before shoal_unmount. */
+void shoal_trace_close(struct shoal_trace *t);
+/* One line, no newline: "TIME KIND TYPE/NUMBER prev:.. new:.. target:..
+ * dstate:.. flags:.." (docs/LOCKING.md); returns its length like snprintf. */
+int shoal_glevent_format(const struct shoal_glevent *ev, char *buf, size_t size);
+/* The filter values of an event (enum glf_field order). */
+void shoal_glevent_vals(const struct shoal_glevent *ev, int64_t *vals);
 /* This node's journal (its slot in the cluster). */
 uint32_t shoal_journal_id(struct shoal_fs *fs);
 /* Why the mount went read-only, or NULL. */
@@ -198,7 +261,8 @@ int64_t shoal_lseek(struct shoal_fs *fs, uint64_t ino, uint64_t off, int whence)
  * back into libshoal.
  */
 typedef int (*shoal_fill_fn)(void *arg, const char *name, const struct stat *st, uint64_t next_off);
-int shoal_readdir(struct shoal_fs *fs, uint64_t ino, uint64_t off, shoal_fill_fn fill,
+/* flags: the directory's open flags (O_NOATIME is honoured). */
+int shoal_readdir(struct shoal_fs *fs, uint64_t ino, uint64_t off, int flags, shoal_fill_fn fill,
 		  void *arg);
 
 int shoal_statfs(struct shoal_fs *fs, struct statvfs *sv);

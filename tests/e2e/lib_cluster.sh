@@ -22,7 +22,7 @@
 #                          timeout; returns the daemon's exit status
 #   c_umount_all           c_umount every mounted node
 #   c_fsck_check           (everything unmounted) fsck.shoal -n must be clean
-#   c_diag                 for a hang: every node's glocks with holders or
+#   c_diag                 for a hang: every node's glocks with holders, waiters or
 #                          requests, its daemon's threads that are in D
 #                          state or in FUSE (kernel stacks) and every
 #                          thread's shoal frames (gdb, one line a thread)
@@ -195,8 +195,8 @@ c_diag() {
 	for node in "${c_nodes[@]}"; do
 		[ -n "${c_mounted[$node]:-}" ] || continue
 		mnt=$(c_mnt "$node")
-		echo "# --- glocks of node $node (holders or requests only)"
-		timeout 10 "$T_SHOAL" glocks "$mnt" 2>&1 | grep -vE ' t:-- .* h:0 ' | head -40 | sed 's/^/#   /'
+		echo "# --- glocks of node $node (with holders, waiters or requests; H: holders, W: waiters)"
+		timeout 10 "$T_SHOAL" glocks "$mnt" 2>&1 | grep -vE ' t:-- .* h:0 w:0 ' | head -40 | sed 's/^/#   /'
 		pid=${t_pids[$mnt]:-}
 		[ -n "$pid" ] || continue
 		echo "# --- kernel stacks of node $node's daemon (pid $pid): threads in D state or in FUSE (not reading requests)"

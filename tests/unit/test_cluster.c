@@ -26,6 +26,13 @@
  *    after the unmount, and a single mount walks a consistent tree whose
  *    statfs adds up.  Workers stuck for 60 s fail the test as a deadlock
  *    (with every node's glocks on stderr);
+ *  - reads never take EX (R1): two nodes reading one file show one
+ *    callback (the writer giving EX up for the first SH) and no EX request
+ *    in the glock trace, then no lock traffic at all; a due atime update
+ *    under SH is kept in memory and shown by stat on that node, written
+ *    with that node's next change, dropped when another node changes the
+ *    file, and written at unmount when a try-lock EX gets the glock;
+ *    O_NOATIME and the no-atime flag decide before anything is locked;
  *  - recovery: node a runs in a child process (forked before any thread
  *    exists here), writes and fsyncs, and is killed with SIGKILL; node b
  *    blocks on a's locks until a's lease (1.5 s) has expired, replays a's
@@ -58,7 +65,10 @@
 
 #include <cmocka.h>
 
+#include <linux/fs.h>
+
 #include "dev.h"
+#include "shoal/glfilter.h"
 #include "shoal/lockd.h"
 #include "shoal/shoal.h"
 #include "testutil.h"
@@ -829,7 +839,7 @@ static void test_concurrent_alloc(void **state)
 				AL_DEADLINE_S);
 			for (int n = 0; n < MAXN; n++) {
 				fprintf(stderr, "  --- node %d\n", n);
-				shoal_dump_glocks(c.c_fs[n], stderr);
+				shoal_dump_glocks(c.c_fs[n], stderr, NULL);
 			}
 			fail_msg("deadlock: worker %d (node %d) has not finished after %d s", i,
 				 w[i].node, AL_DEADLINE_S);
@@ -897,6 +907,179 @@ static void test_concurrent_alloc(void **state)
 	cl_fsck(&c);
 	cl_fini(&c);
 	free(w);
+}
+
+/* --- R1: reads never take EX; atime under SH ------------------------------------------ */
+
+/* The events of trace t now (none waited for: each was made before). */
+static size_t tr_drain(struct shoal_trace *t, struct shoal_glevent *ev, size_t max)
+{
+	uint64_t dropped;
+	size_t n = shoal_trace_read(t, ev, max, 0, &dropped);
+	assert_int_equal(dropped, 0);
+	return n;
+}
+
+/* How many of ev[0..n) are this node's requests for (or grants of) EX,
+ * and how many are callbacks (whose target is what another node wants). */
+static void tr_count(const struct shoal_glevent *ev, size_t n, int *ex, int *cb)
+{
+	*ex = *cb = 0;
+	for (size_t i = 0; i < n; i++) {
+		if ((ev[i].ev_kind == SHOAL_GLEV_REQUEST || ev[i].ev_kind == SHOAL_GLEV_STATE) &&
+		    (ev[i].ev_target == 3 || ev[i].ev_new == 3))
+			(*ex)++;
+		if (ev[i].ev_kind == SHOAL_GLEV_CALLBACK)
+			(*cb)++;
+	}
+}
+
+/* One read of ino through an open of its own (as the kernel's READ is). */
+static void read_once(struct shoal_fs *fs, uint64_t ino, int flags)
+{
+	char buf[4096];
+	assert_int_equal(shoal_open(fs, ino, O_RDONLY | flags), 0);
+	assert_true(shoal_read(fs, ino, buf, sizeof(buf), 0, O_RDONLY | flags) > 0);
+	assert_int_equal(shoal_release(fs, ino, O_RDONLY | flags), 0);
+}
+
+static struct timespec atime_of(struct shoal_fs *fs, uint64_t ino)
+{
+	struct stat st;
+	assert_int_equal(shoal_getattr(fs, ino, &st), 0);
+	return st.st_atim;
+}
+
+static int ts_eq(struct timespec x, struct timespec y)
+{
+	return x.tv_sec == y.tv_sec && x.tv_nsec == y.tv_nsec;
+}
+
+static int ts_lt(struct timespec x, struct timespec y)
+{
+	return x.tv_sec < y.tv_sec || (x.tv_sec == y.tv_sec && x.tv_nsec < y.tv_nsec);
+}
+
+static void test_read_never_ex(void **state)
+{
+	struct cluster c;
+	struct shoal_fs *a, *b;
+	struct shoal_trace *ta, *tb;
+	struct shoal_glevent ev[256];
+	struct shoal_counters ca0, cb0, ca1, cb1;
+	struct glfilter flt;
+	struct timespec t0, tb1, ta1;
+	struct stat st;
+	char filter[80];
+	uint64_t root, f, g;
+	int ex, cb;
+	size_t n;
+	(void)state;
+
+	cl_start(&c, 2, 5000);
+	a = c.c_fs[0];
+	b = c.c_fs[1];
+	cl_touch_root(&c);
+	root = shoal_root(a);
+	f = mkfile(a, root, "f", 100 * KiB, 41); /* relatime: atime before mtime, so due */
+	t0 = atime_of(a, f);
+	snprintf(filter, sizeof(filter), "gltype == 2 && glnum == %llu", (unsigned long long)f);
+	assert_int_equal(glf_compile(&flt, filter, NULL, 0), 0);
+	assert_int_equal(shoal_trace_open(a, &flt, &ta), 0);
+	assert_int_equal(shoal_trace_open(b, &flt, &tb), 0);
+	shoal_counters(a, &ca0);
+	shoal_counters(b, &cb0);
+
+	/* the first grants: b asks for SH, a (the writer) goes EX -> SH; both
+	 * nodes keep the inode looked up, as a kernel that uses it does */
+	assert_int_equal(shoal_lookup(a, root, "f", &st), 0);
+	assert_int_equal(shoal_lookup(b, root, "f", &st), 0);
+	read_once(b, f, 0);
+	read_once(a, f, 0);
+	n = tr_drain(tb, ev, 256);
+	tr_count(ev, n, &ex, &cb);
+	assert_true(n >= 2); /* b's request and its grant are traced */
+	assert_int_equal(ex, 0);
+	assert_int_equal(cb, 0);
+	n = tr_drain(ta, ev, 256);
+	tr_count(ev, n, &ex, &cb);
+	assert_int_equal(cb, 1); /* b's SH: the only callback */
+
+	/* atime: due on both, each keeps it in memory and shows it */
+	tb1 = atime_of(b, f);
+	ta1 = atime_of(a, f);
+	assert_true(ts_lt(t0, tb1));
+	assert_true(ts_lt(t0, ta1));
+	shoal_counters(a, &ca1);
+	shoal_counters(b, &cb1);
+	assert_int_equal(cb1.sc_atime_deferred - cb0.sc_atime_deferred, 1);
+	assert_int_equal(ca1.sc_atime_deferred - ca0.sc_atime_deferred, 1);
+	assert_int_equal(cb1.sc_atime_written - cb0.sc_atime_written, 0);
+
+	/* after the first grants: reads on both nodes cost no lock traffic,
+	 * and relatime keeps the first kept update (not due again) */
+	for (int i = 0; i < 20; i++) {
+		read_once(i % 2 ? a : b, f, 0);
+		assert_int_equal(shoal_getattr(i % 2 ? b : a, f, &st), 0);
+	}
+	assert_int_equal(tr_drain(ta, ev, 256), 0);
+	assert_int_equal(tr_drain(tb, ev, 256), 0);
+	assert_true(ts_eq(atime_of(b, f), tb1));
+	assert_true(ts_eq(atime_of(a, f), ta1));
+
+	/* O_NOATIME and the file's own flag decide before anything else */
+	g = mkfile(b, root, "g", 10 * KiB, 42);
+	assert_int_equal(shoal_lookup(b, root, "g", &st), 0);
+	t0 = atime_of(b, g);
+	read_once(b, g, O_NOATIME); /* b holds g EX (it wrote g): would be written */
+	assert_true(ts_eq(atime_of(b, g), t0));
+	assert_int_equal(shoal_setflags(b, &root_ctx, g, FS_NOATIME_FL), 0);
+	t0 = atime_of(b, g);
+	read_once(b, g, 0);
+	assert_true(ts_eq(atime_of(b, g), t0));
+	assert_int_equal(shoal_setflags(b, &root_ctx, g, 0), 0);
+	t0 = atime_of(b, g);
+	read_once(b, g, 0); /* EX anyway: written at once */
+	assert_true(ts_lt(t0, atime_of(b, g)));
+
+	/* a change on a: a's kept atime goes with it; b's is dropped */
+	shoal_counters(a, &ca0);
+	shoal_counters(b, &cb0);
+	assert_int_equal(shoal_write(a, &root_ctx, f, "x", 1, 0, O_RDWR), 1);
+	n = tr_drain(ta, ev, 256);
+	tr_count(ev, n, &ex, &cb);
+	assert_true(ex > 0); /* the trace does show an EX request when there is one */
+	assert_true(ts_eq(atime_of(b, f), ta1)); /* b reads a's update from disk */
+	shoal_counters(a, &ca1);
+	shoal_counters(b, &cb1);
+	assert_int_equal(ca1.sc_atime_written - ca0.sc_atime_written, 1);
+	assert_int_equal(cb1.sc_atime_dropped - cb0.sc_atime_dropped, 1);
+	n = tr_drain(tb, ev, 256);
+	tr_count(ev, n, &ex, &cb);
+	assert_int_equal(cb, 1);
+	assert_int_equal(ex, 0);
+
+	/* unmount: b's kept update is written if a try-lock EX gets the glock
+	 * (a has gone), and found on disk by the next mount */
+	read_once(b, f, 0); /* due again: the write made mtime newer */
+	tb1 = atime_of(b, f);
+	assert_true(ts_lt(ta1, tb1));
+	shoal_trace_close(ta);
+	shoal_trace_close(tb);
+	shoal_forget(a, f, 1);
+	assert_int_equal(shoal_unmount(a), 0);
+	c.c_fs[0] = NULL;
+	/* b keeps f looked up: the kernel sends no forget at unmount */
+	assert_int_equal(shoal_unmount(b), 0);
+	c.c_fs[1] = NULL;
+	assert_int_equal(node_mount(&c, "a", &a), 0);
+	c.c_fs[0] = a;
+	assert_true(ts_eq(atime_of(a, f), tb1));
+
+	cl_unmount_all(&c);
+	cl_lockd_stop(&c);
+	cl_fsck(&c);
+	cl_fini(&c);
 }
 
 /* --- unlink of a file open on another node ---------------------------------------------- */
@@ -1169,6 +1352,7 @@ int main(void)
 		cmocka_unit_test(test_coherence),
 		cmocka_unit_test(test_unlink_open_elsewhere),
 		cmocka_unit_test(test_concurrent_alloc),
+		cmocka_unit_test(test_read_never_ex),
 	};
 	signal(SIGPIPE, SIG_IGN);
 	if (getenv("SHOAL_TEST_FILTER")) /* e.g. SHOAL_TEST_FILTER=test_coherence */

@@ -827,7 +827,7 @@ static void test_mkdir_rmdir(void **state)
 	assert_int_equal(shoal_lookup(e.e_fs, b, "f", &st), -ENOENT);
 	struct tc_rd r;
 	memset(&r, 0, sizeof(r));
-	assert_int_equal(shoal_readdir(e.e_fs, b, 0, tc_fill, &r), 0);
+	assert_int_equal(shoal_readdir(e.e_fs, b, 0, 0, tc_fill, &r), 0);
 	assert_true(r.r_n <= 2);
 	free(r.r_ents);
 	shoal_forget(e.e_fs, b, 1);
@@ -1043,7 +1043,7 @@ static void test_readdir_offsets(void **state)
 	for (;;) {
 		size_t before = r.r_n;
 		r.r_call = 0;
-		assert_int_equal(shoal_readdir(e.e_fs, big, r.r_last, tc_fill, &r), 0);
+		assert_int_equal(shoal_readdir(e.e_fs, big, r.r_last, 0, tc_fill, &r), 0);
 		if (r.r_n == before)
 			break;
 		if (removed < 300) {

@@ -99,7 +99,7 @@ static __attribute__((unused)) void tc_read_dir(struct shoal_fs *fs, uint64_t in
 		size_t before = r->r_n;
 		int err;
 		r->r_call = 0;
-		err = shoal_readdir(fs, ino, r->r_last, tc_fill, r);
+		err = shoal_readdir(fs, ino, r->r_last, 0, tc_fill, r);
 		if (err)
 			fail_msg("readdir of %llu at %llu: %s", (unsigned long long)ino,
 				 (unsigned long long)r->r_last, strerror(-err));
