@@ -16,6 +16,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <linux/fs.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/ioctl.h>
@@ -65,16 +66,33 @@ static int file_pwrite(struct shoal_dev *dev, const void *buf, size_t len, uint6
 	return 0;
 }
 
+/* The aligned buffer of O_DIRECT writes: one per thread, freed at its exit. */
+static pthread_key_t bounce_key;
+static pthread_once_t bounce_once = PTHREAD_ONCE_INIT;
+
+static void bounce_init(void)
+{
+	pthread_key_create(&bounce_key, free);
+}
+
 /* Sector-aligned bytes through the O_DIRECT descriptor; -EINVAL: not here. */
 static int file_pwrite_direct(struct shoal_dev *dev, const void *buf, size_t len, uint64_t off)
 {
-	static __thread void *bounce;
+	void *bounce;
 	ssize_t n;
 
 	if (len > 65536 || (len | off) & 511)
 		return -EINVAL;
-	if (!bounce && posix_memalign(&bounce, 4096, 65536))
-		return -EINVAL;
+	pthread_once(&bounce_once, bounce_init);
+	bounce = pthread_getspecific(bounce_key);
+	if (!bounce) {
+		if (posix_memalign(&bounce, 4096, 65536))
+			return -EINVAL;
+		if (pthread_setspecific(bounce_key, bounce)) {
+			free(bounce);
+			return -EINVAL;
+		}
+	}
 	memcpy(bounce, buf, len);
 	do
 		n = pwrite(dev->d_dfd, bounce, len, (off_t)off);
