@@ -40,6 +40,7 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <sys/wait.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -1103,6 +1104,33 @@ static void wl_verify(struct wl *w, struct shoal_fs *fs, const char *what)
 }
 
 /* One run: workload on a copy of base, cut at write cut_at, recover, verify. */
+/*
+ * fsck.shoal -n of the image a power cut left (it checks the filesystem as
+ * the journal replay will leave it, writing nothing) must find it clean.
+ * CTest names the binary in SHOAL_FSCK (tests/CMakeLists.txt).
+ */
+static void fsck_clean(const char *img, const char *what)
+{
+	const char *fsck = getenv("SHOAL_FSCK");
+	char cmd[512];
+	int rc;
+
+	if (!fsck) {
+		static int told;
+		if (!told++)
+			fprintf(stderr, "  (SHOAL_FSCK not set: fsck.shoal not run after the cuts)\n");
+		return;
+	}
+	snprintf(cmd, sizeof(cmd), "'%s' -n '%s' >/dev/null 2>&1", fsck, img);
+	rc = system(cmd);
+	if (rc != 0) {
+		snprintf(cmd, sizeof(cmd), "'%s' -n '%s' >&2", fsck, img);
+		if (system(cmd)) {
+		}
+		fail_msg("%s: fsck.shoal -n exits %d", what, WIFEXITED(rc) ? WEXITSTATUS(rc) : -1);
+	}
+}
+
 static uint64_t crash_run(const char *base, const char *img, struct wl *w, int64_t cut_at,
 			  unsigned seed, const char *what)
 {
@@ -1116,6 +1144,7 @@ static uint64_t crash_run(const char *base, const char *img, struct wl *w, int64
 	wl_run(w, &m, cut_at, 0, 1);
 	uint64_t writes = dev_fault_writes(m.fm_dev) - w->w_w0;
 	crash(&m, seed);
+	fsck_clean(img, what);
 	struct shoal_fs *fs = mount_plain(img, SHOAL_NOATIME);
 	wl_verify(w, fs, what);
 	assert_int_equal(shoal_unmount(fs), 0);
