@@ -133,36 +133,22 @@ int jnl_mark_clean(struct shoal_fs *fs, int clean)
 	return err;
 }
 
-/*
- * Replay a valid fast-commit block: each home block it names is read,
- * patched with its ranges, sealed with a new CRC and written back, once.
- * A home block that is not valid metadata is left alone (one log line):
- * its ranges were taken against a valid image.
- */
-static int fc_replay(struct shoal_fs *fs, const uint8_t *fcblk, uint8_t *tmp)
+/* Fast-commit replay (meta_fc_replay) on the device. */
+static int fc_read(void *arg, uint64_t blkno, void *buf)
 {
-	const struct shoal_lfrec *r;
-	const uint8_t *d;
-	uint32_t cur = 0;
-	int err;
+	struct shoal_fs *fs = arg;
+	return dev_read(fs->fs_dev, buf, fs->fs_bsize, blkno << fs->fs_bshift);
+}
 
-	while (meta_fc_next(fcblk, &cur, &r, &d)) {
-		if (!meta_fc_first(fcblk, r))
-			continue;
-		err = dev_read(fs->fs_dev, tmp, fs->fs_bsize, r->fr_blkno << fs->fs_bshift);
-		if (err)
-			return err;
-		if (meta_check(tmp, fs->fs_bsize, 0, r->fr_blkno)) {
-			fs_corrupt(fs, r->fr_blkno, "fast-commit replay: home block is not valid");
-			continue;
-		}
-		meta_fc_apply(fcblk, r->fr_blkno, tmp);
-		meta_update_crc(tmp, fs->fs_bsize);
-		err = dev_write(fs->fs_dev, tmp, fs->fs_bsize, r->fr_blkno << fs->fs_bshift);
-		if (err)
-			return err;
-	}
-	return 0;
+static int fc_write(void *arg, uint64_t blkno, const void *buf)
+{
+	struct shoal_fs *fs = arg;
+	return dev_write(fs->fs_dev, buf, fs->fs_bsize, blkno << fs->fs_bshift);
+}
+
+static void fc_bad(void *arg, uint64_t blkno)
+{
+	fs_corrupt(arg, blkno, "fast-commit replay: home block is not valid");
 }
 
 /*
@@ -210,7 +196,8 @@ int jnl_recover(struct shoal_fs *fs, uint32_t index, uint32_t *replayed)
 				/* a fast-commit block of transaction seq (6) */
 				if (meta_fc_valid(desc, bs, daddr, seq, fs->fs_sb.sb_blocks))
 					goto replay_done;
-				err = fc_replay(fs, desc, imgs);
+				err = meta_fc_replay(desc, bs, imgs,
+						     &(struct meta_fc_io){fc_read, fc_write, fc_bad, fs});
 				if (err)
 					goto out_free;
 				pos = log_next(&jt, pos);

@@ -203,3 +203,31 @@ void meta_fc_apply(const void *block, uint64_t blkno, uint8_t *home)
 		if (r->fr_blkno == blkno)
 			memcpy(home + r->fr_off, d, r->fr_len);
 }
+
+int meta_fc_replay(const void *block, uint32_t bsize, uint8_t *tmp,
+		   const struct meta_fc_io *io)
+{
+	const struct shoal_lfrec *r;
+	const uint8_t *d;
+	uint32_t cur = 0;
+	int err;
+
+	while (meta_fc_next(block, &cur, &r, &d)) {
+		if (!meta_fc_first(block, r))
+			continue;
+		err = io->fi_read(io->fi_arg, r->fr_blkno, tmp);
+		if (err)
+			return err;
+		if (meta_check(tmp, bsize, 0, r->fr_blkno)) {
+			if (io->fi_bad)
+				io->fi_bad(io->fi_arg, r->fr_blkno);
+			continue;
+		}
+		meta_fc_apply(block, r->fr_blkno, tmp);
+		meta_update_crc(tmp, bsize);
+		err = io->fi_write(io->fi_arg, r->fr_blkno, tmp);
+		if (err)
+			return err;
+	}
+	return 0;
+}

@@ -60,4 +60,21 @@ int meta_fc_next(const void *block, uint32_t *cursor, const struct shoal_lfrec *
 int meta_fc_first(const void *block, const struct shoal_lfrec *rec);
 void meta_fc_apply(const void *block, uint64_t blkno, uint8_t *home);
 
+/*
+ * Replay a valid fast-commit block (FORMAT.md 11.3 step 2): each home block
+ * it names is read into tmp (bsize bytes), patched, sealed with a new CRC
+ * and written back, once.  A home block that is not valid metadata at its
+ * address is left alone and reported to fi_bad (may be NULL): the ranges
+ * were taken against a valid image.  Returns 0 or what fi_read/fi_write
+ * returned.  core/journal.c and fsck.shoal each bring their own I/O.
+ */
+struct meta_fc_io {
+	int (*fi_read)(void *arg, uint64_t blkno, void *buf);
+	int (*fi_write)(void *arg, uint64_t blkno, const void *buf);
+	void (*fi_bad)(void *arg, uint64_t blkno);
+	void *fi_arg;
+};
+int meta_fc_replay(const void *block, uint32_t bsize, uint8_t *tmp,
+		   const struct meta_fc_io *io);
+
 #endif

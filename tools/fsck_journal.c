@@ -41,35 +41,20 @@ static uint32_t log_next(const struct jscan *js, uint32_t pos)
 	return pos + 1 >= js->js_blocks ? 1 : pos + 1;
 }
 
-/*
- * Apply a valid fast-commit block (FORMAT.md 11.4): every home block it
- * names is read (through the overlay under -n), patched, sealed and put
- * back, as core/journal.c replays it.
- */
-static int fc_apply(struct fsck *f, const uint8_t *fcblk, uint8_t *img)
+/* Fast-commit replay (meta_fc_replay, FORMAT.md 11.4) through the overlay
+ * under -n, onto the device under -y, as core/journal.c replays it. */
+static int fc_read(void *arg, uint64_t blkno, void *buf)
 {
-	const struct shoal_lfrec *r;
-	const uint8_t *d;
-	uint32_t cur = 0;
-	int err;
+	return blk_read(arg, blkno, buf);
+}
 
-	while (meta_fc_next(fcblk, &cur, &r, &d)) {
-		if (!meta_fc_first(fcblk, r))
-			continue;
-		err = blk_read(f, r->fr_blkno, img);
-		if (err)
-			return err;
-		if (meta_check(img, f->f_bsize, 0, r->fr_blkno))
-			continue; /* the checks of pass 2 report that block */
-		meta_fc_apply(fcblk, r->fr_blkno, img);
-		meta_update_crc(img, f->f_bsize);
-		err = f->f_yes ? blk_write(f, r->fr_blkno, img) : ov_put(f, r->fr_blkno, img);
-		if (err) {
-			fsck_operr(f, "journal replay", err);
-			return err;
-		}
-	}
-	return 0;
+static int fc_write(void *arg, uint64_t blkno, const void *buf)
+{
+	struct fsck *f = arg;
+	int err = f->f_yes ? blk_write(f, blkno, buf) : ov_put(f, blkno, buf);
+	if (err)
+		fsck_operr(f, "journal replay", err);
+	return err;
 }
 
 /*
@@ -96,7 +81,9 @@ static int64_t tx_walk(struct fsck *f, struct jscan *js, uint8_t *desc, uint8_t 
 			if (meta_fc_valid(desc, f->f_bsize, daddr, js->js_seq, f->f_blocks))
 				return 0;
 			if (apply) {
-				int err = fc_apply(f, desc, img);
+				/* a bad home block is left to the checks of pass 2 */
+				int err = meta_fc_replay(desc, f->f_bsize, img,
+							 &(struct meta_fc_io){fc_read, fc_write, NULL, f});
 				if (err)
 					return err;
 				js->js_pos = log_next(js, pos);
