@@ -36,6 +36,7 @@
  */
 #include "smount.h"
 #include "names.h"
+#include "nodeids.h"
 
 #include "dev.h"
 
@@ -549,8 +550,12 @@ static int lock_device(struct smount *sm, struct shoal_dev *dev)
 #define INVAL_THREADS 4
 #define INVAL_WAIT_MS 200
 
+/* node ids of one inode told at once: its own and its newest incarnations */
+#define INVAL_IDS 8
+
 struct inval_job {
-	fuse_ino_t ij_ino;
+	fuse_ino_t ij_ids[INVAL_IDS];
+	size_t ij_nids;
 	int ij_done, ij_abandoned;
 	struct inval_job *ij_next;
 };
@@ -564,7 +569,7 @@ static struct {
 } iq = {PTHREAD_COND_INITIALIZER, PTHREAD_COND_INITIALIZER, NULL, &iq.head, NULL, 0, 0, {0}};
 
 /* inval_lock held; releases it meanwhile */
-static void inval_now(struct smount *sm, fuse_ino_t fino)
+static void inval_now(struct smount *sm, const struct inval_job *j)
 {
 	struct fuse_session *se = sm->sm_se;
 	char **names;
@@ -573,13 +578,16 @@ static void inval_now(struct smount *sm, fuse_ino_t fino)
 	if (!se)
 		return; /* not mounted (yet, or any more): the kernel caches nothing */
 	pthread_mutex_unlock(&inval_lock);
-	n = names_take(fino, &names);
-	for (size_t i = 0; i < n; i++) {
-		fuse_lowlevel_notify_inval_entry(se, fino, names[i], strlen(names[i]));
-		free(names[i]);
+	for (size_t k = 0; k < j->ij_nids; k++) {
+		fuse_ino_t fino = j->ij_ids[k];
+		n = names_take(fino, &names);
+		for (size_t i = 0; i < n; i++) {
+			fuse_lowlevel_notify_inval_entry(se, fino, names[i], strlen(names[i]));
+			free(names[i]);
+		}
+		free(names);
+		fuse_lowlevel_notify_inval_inode(se, fino, 0, 0);
 	}
-	free(names);
-	fuse_lowlevel_notify_inval_inode(se, fino, 0, 0);
 	pthread_mutex_lock(&inval_lock);
 }
 
@@ -596,7 +604,7 @@ static void *inval_thread(void *arg)
 		iq.head = j->ij_next;
 		if (!iq.head)
 			iq.tail = &iq.head;
-		inval_now(iq.sm, j->ij_ino);
+		inval_now(iq.sm, j);
 		if (j->ij_abandoned) {
 			free(j);
 		} else {
@@ -616,7 +624,15 @@ static void smount_inval(void *arg, uint64_t ino)
 
 	if (!j)
 		return;
-	j->ij_ino = ino == shoal_root(sm->sm_fs) ? FUSE_ROOT_ID : (fuse_ino_t)ino;
+	if (ino == shoal_root(sm->sm_fs)) {
+		j->ij_ids[j->ij_nids++] = FUSE_ROOT_ID;
+	} else {
+		uint64_t ids[INVAL_IDS - 1];
+		size_t n = nid_list(ino, ids, INVAL_IDS - 1);
+		j->ij_ids[j->ij_nids++] = (fuse_ino_t)ino;
+		for (size_t i = 0; i < n; i++)
+			j->ij_ids[j->ij_nids++] = (fuse_ino_t)ids[i];
+	}
 	clock_gettime(CLOCK_REALTIME, &ts);
 	ts.tv_nsec += INVAL_WAIT_MS * 1000000L;
 	ts.tv_sec += ts.tv_nsec / 1000000000L;
@@ -742,9 +758,10 @@ int main(int argc, char **argv)
 	if (strcmp(sm.sm_opts.mo_lock, "nolock")) {
 		/* a cluster: the kernel's caches go when another node takes a glock */
 		/* the kernel keeps the names it got even with entry_timeout=0
-		 * (revalidated on use); a directory renamed elsewhere must not
-		 * stay in them under its old name (d_splice_alias: ESTALE) */
+		 * (revalidated on use): they go when another node takes the
+		 * directory */
 		names_enable();
+		nid_enable(); /* a directory moved elsewhere: new node id (nodeids.c) */
 		inval_start(&sm);
 		sm.sm_opts.mo_inval = smount_inval;
 		sm.sm_opts.mo_inval_arg = &sm;
@@ -816,6 +833,7 @@ out_destroy:
 	pthread_mutex_unlock(&inval_lock);
 	inval_stop(); /* no notification uses the session after this */
 	names_forget_all();
+	nid_forget_all();
 	fuse_session_destroy(se); /* closes /dev/fuse: a pending stat fails */
 	ctl_stop(ctl);
 out_unmount:
