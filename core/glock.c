@@ -139,8 +139,7 @@ void gl_destroy(struct shoal_fs *fs)
 
 static uint32_t gl_slot(struct gl_table *gt, uint32_t type, uint64_t number)
 {
-	uint64_t h = (number ^ ((uint64_t)type << 56)) * 0x9e3779b97f4a7c15ull;
-	return (uint32_t)(h >> 32) & gt->gt_mask;
+	return fib_slot(number ^ ((uint64_t)type << 56), gt->gt_mask);
 }
 
 /* gt_mutex held */

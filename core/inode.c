@@ -29,7 +29,7 @@
 
 static uint32_t ih_slot(struct shoal_fs *fs, uint64_t ino)
 {
-	return (uint32_t)((ino * 0x9e3779b97f4a7c15ull) >> 32) & fs->fs_ihmask;
+	return fib_slot(ino, fs->fs_ihmask);
 }
 
 static struct shoal_inode *ih_find(struct shoal_fs *fs, uint64_t ino)

@@ -148,6 +148,16 @@ struct shoal_fs {
 struct gl_ops;
 const struct gl_ops *glops_for(uint32_t type);
 
+/*
+ * Slot of v in a table of mask + 1 = 2^k slots: Fibonacci hashing, the top
+ * k bits of v times 2^64/phi.  (The middle bits, taken before, put runs of
+ * consecutive block numbers into a tenth of the slots.)
+ */
+static inline uint32_t fib_slot(uint64_t v, uint32_t mask)
+{
+	return (uint32_t)((v * 0x9e3779b97f4a7c15ull) >> (64 - __builtin_popcount(mask))) & mask;
+}
+
 static inline struct shoal_dinode *ip_di(struct shoal_inode *ip)
 {
 	return (struct shoal_dinode *)ip->i_bh->b_data;

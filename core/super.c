@@ -313,7 +313,7 @@ int shoal_mount(struct shoal_dev *dev, const struct shoal_mount_opts *opts,
 		err = -EINVAL;
 		goto out_free;
 	}
-	fs->fs_ihmask = 4095;
+	fs->fs_ihmask = 65535; /* the kernel may hold 100,000s of inodes */
 	fs->fs_ihash = calloc(fs->fs_ihmask + 1, sizeof(*fs->fs_ihash));
 	if (!fs->fs_ihash) {
 		err = -ENOMEM;
