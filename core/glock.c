@@ -69,6 +69,7 @@ struct op_ctx {
 	int nheld, nneed;
 	int changed;
 	struct glock *held[OP_MAX];
+	int hstate[OP_MAX]; /* the state each was held for (its own may be higher) */
 	struct gl_need need[OP_MAX];
 };
 
@@ -394,8 +395,11 @@ static int op_holds(struct op_ctx *op, uint32_t type, uint64_t number, int state
 {
 	for (int i = 0; i < op->nheld; i++) {
 		struct glock *gl = op->held[i];
-		if (gl->gl_type == type && gl->gl_number == number && gl->gl_state >= state)
+		if (gl->gl_type == type && gl->gl_number == number && gl->gl_state >= state) {
+			if (state > op->hstate[i])
+				op->hstate[i] = state; /* asked for that much now */
 			return 1;
+		}
 	}
 	return 0;
 }
@@ -454,6 +458,7 @@ int gl_hold(struct shoal_fs *fs, uint32_t type, uint64_t number, int state)
 		 * alone keeps it (the worker needs fs_lock to demote) */
 		if (inop && op->nheld < OP_MAX) {
 			grant_hold(gl);
+			op->hstate[op->nheld] = state;
 			op->held[op->nheld++] = gl;
 		} else {
 			gl->gl_use++;
@@ -507,9 +512,12 @@ int op_wait(struct shoal_fs *fs)
 
 	if (op->depth != 1 || op->fs != fs)
 		return -EDEADLK; /* only the outermost operation may wait */
+	/* what was asked for, not what happened to be granted: an SH hold of
+	 * a glock cached EX must not wait for EX now (R1; an iopen glock another
+	 * node holds SH for an inode in use there never goes to UN) */
 	for (int i = 0; i < op->nheld; i++)
 		all[n++] = (struct gl_need){op->held[i]->gl_type, op->held[i]->gl_number,
-					    op->held[i]->gl_state};
+					    op->hstate[i]};
 	for (int i = 0; i < op->nneed; i++)
 		all[n++] = op->need[i];
 	op_drop(fs, op);
@@ -530,8 +538,10 @@ int op_wait(struct shoal_fs *fs)
 		if (op->nheld == OP_MAX)
 			break;
 		err = gl_acquire(fs, all[i].type, all[i].number, st, 0, &gl);
-		if (!err)
+		if (!err) {
+			op->hstate[op->nheld] = st;
 			op->held[op->nheld++] = gl;
+		}
 	}
 	if (err)
 		op_drop(fs, op);
