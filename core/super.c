@@ -179,11 +179,12 @@ int fs_recover_journal(struct shoal_fs *fs, uint32_t jid)
 		return 0;
 	pthread_mutex_lock(&fs->fs_lock);
 	err = jnl_recover(fs, jid, &replayed);
+	if (!err)
+		fs->fs_ctr.sc_recoveries++; /* before lockd lets others see it */
 	pthread_mutex_unlock(&fs->fs_lock);
 	if (!err) {
 		if (fs->fs_lm->lm_recovery_done)
 			fs->fs_lm->lm_recovery_done(fs, jid);
-		fs->fs_ctr.sc_recoveries++;
 		if (replayed)
 			fprintf(stderr, "shoal: journal %u of a dead node: replayed %u transactions\n",
 				jid, replayed);
