@@ -220,18 +220,18 @@ static void demote_queue(struct gl_table *gt, struct glock *gl, int target)
 	pthread_cond_signal(&gt->gt_wcond);
 }
 
-/* gt_mutex held: one lock module request, with the mutex dropped meanwhile */
-static int lm_request(struct shoal_fs *fs, struct glock *gl, int state, int flags)
+/* gt_mutex held: a lock module request for state is about to go out */
+static void lm_begin(struct glock *gl, int state)
 {
-	struct gl_table *gt = fs->fs_gl;
-	uint64_t t0 = gl_now_ns();
-	int got;
-
 	gl->gl_flags |= GLF_INFLIGHT;
 	gl->gl_want = (uint8_t)state;
-	pthread_mutex_unlock(&gt->gt_mutex);
-	got = gt->gt_lm->lm_lock(fs, gl, state, flags);
-	pthread_mutex_lock(&gt->gt_mutex);
+}
+
+/* gt_mutex held: gl's request (sent at t0) was answered got, a state or -errno */
+static int lm_end(struct shoal_fs *fs, struct glock *gl, int got, uint64_t t0)
+{
+	struct gl_table *gt = fs->fs_gl;
+
 	gl->gl_flags &= ~GLF_INFLIGHT;
 	if (gl->gl_flags & GLF_QUEUED) /* a callback came meanwhile */
 		pthread_cond_signal(&gt->gt_wcond);
@@ -252,6 +252,20 @@ static int lm_request(struct shoal_fs *fs, struct glock *gl, int state, int flag
 	}
 	pthread_cond_broadcast(&gt->gt_cond);
 	return got;
+}
+
+/* gt_mutex held: one lock module request, with the mutex dropped meanwhile */
+static int lm_request(struct shoal_fs *fs, struct glock *gl, int state, int flags)
+{
+	struct gl_table *gt = fs->fs_gl;
+	uint64_t t0 = gl_now_ns();
+	int got;
+
+	lm_begin(gl, state);
+	pthread_mutex_unlock(&gt->gt_mutex);
+	got = gt->gt_lm->lm_lock(fs, gl, state, flags);
+	pthread_mutex_lock(&gt->gt_mutex);
+	return lm_end(fs, gl, got, t0);
 }
 
 /*
@@ -426,7 +440,8 @@ static int op_need(struct op_ctx *op, uint32_t type, uint64_t number, int state)
 	return -ERESTART;
 }
 
-int gl_hold(struct shoal_fs *fs, uint32_t type, uint64_t number, int state)
+/* gl_hold; may_try 0: no try-lock, a glock not held as wanted is needed */
+static int hold_one(struct shoal_fs *fs, uint32_t type, uint64_t number, int state, int may_try)
 {
 	struct gl_table *gt = fs->fs_gl;
 	struct op_ctx *op = &op_cur;
@@ -444,7 +459,7 @@ int gl_hold(struct shoal_fs *fs, uint32_t type, uint64_t number, int state)
 		return -ENOMEM;
 	}
 	gl->gl_qcnt++;
-	if (!(gl->gl_flags & (GLF_INFLIGHT | GLF_DEMOTING)) && gl->gl_state < state &&
+	if (may_try && !(gl->gl_flags & (GLF_INFLIGHT | GLF_DEMOTING)) && gl->gl_state < state &&
 	    (gl->gl_state == GL_UN || !gt->gt_lm->lm_cluster)) {
 		/* a try-lock never waits for another node: fine under fs_lock */
 		int got = lm_request(fs, gl, state, GL_TRY);
@@ -475,6 +490,65 @@ int gl_hold(struct shoal_fs *fs, uint32_t type, uint64_t number, int state)
 		return err;
 	}
 	return op_need(op, type, number, state);
+}
+
+int gl_hold(struct shoal_fs *fs, uint32_t type, uint64_t number, int state)
+{
+	return hold_one(fs, type, number, state, 1);
+}
+
+int gl_hold_many(struct shoal_fs *fs, const struct gl_want *w, int n, int nhold)
+{
+	struct gl_table *gt = fs->fs_gl;
+	struct glock *req[16];
+	int states[16], got[16], tried[16] = {0}, nreq = 0, err = 0;
+
+	if (n < 0 || n > 16 || nhold > n)
+		return -EINVAL;
+	if (__atomic_load_n(&fs->fs_dev->d_fenced, __ATOMIC_RELAXED))
+		return -EIO;
+	pthread_mutex_lock(&gt->gt_mutex);
+	for (int i = 0; i < n; i++) {
+		struct glock *gl = gl_find(gt, w[i].gw_type, w[i].gw_number, 1);
+		if (!gl) {
+			pthread_mutex_unlock(&gt->gt_mutex);
+			return -ENOMEM;
+		}
+		if (!(gl->gl_flags & (GLF_INFLIGHT | GLF_DEMOTING)) && gl->gl_state == GL_UN) {
+			req[nreq] = gl;
+			states[nreq++] = w[i].gw_state;
+			tried[i] = 1;
+		}
+	}
+	/* try-locks never wait for another node: fine under fs_lock */
+	if (nreq > 1 && gt->gt_lm->lm_lock_many) {
+		uint64_t t0 = gl_now_ns();
+		int e;
+
+		for (int k = 0; k < nreq; k++)
+			lm_begin(req[k], states[k]);
+		pthread_mutex_unlock(&gt->gt_mutex);
+		e = gt->gt_lm->lm_lock_many(fs, req, states, GL_TRY, nreq, got);
+		pthread_mutex_lock(&gt->gt_mutex);
+		for (int k = 0; k < nreq; k++)
+			lm_end(fs, req[k], e ? e : got[k], t0);
+	} else {
+		for (int k = 0; k < nreq; k++)
+			lm_request(fs, req[k], states[k], GL_TRY);
+	}
+	pthread_mutex_unlock(&gt->gt_mutex);
+	/* the holds, in order; every glock still needed is noted for op_wait */
+	for (int i = 0; i < nhold; i++) {
+		int may_try = !tried[i] || w[i].gw_least < w[i].gw_state;
+		int e = hold_one(fs, w[i].gw_type, w[i].gw_number, w[i].gw_least, may_try);
+		if (e == -ERESTART) {
+			err = err ? err : e;
+		} else if (e) {
+			err = e;
+			break;
+		}
+	}
+	return err;
 }
 
 void op_begin(struct shoal_fs *fs)
@@ -585,6 +659,17 @@ void gl_cb(struct shoal_fs *fs, uint32_t type, uint64_t number, int wanted)
 			gl->gl_hold_ms = 0;
 		}
 		demote_queue(gt, gl, target);
+		/*
+		 * A node that wants an inode wants its iopen glock SH next:
+		 * an iopen this node holds EX (it made the inode, no other
+		 * node used it yet) goes down to SH now, not on a callback of
+		 * its own (LOCKING.md "Unlinked inodes").
+		 */
+		if (type == GL_INODE) {
+			struct glock *io = gl_find(gt, GL_IOPEN, number, 0);
+			if (io && io->gl_state == GL_EX)
+				demote_queue(gt, io, GL_SH);
+		}
 	}
 	pthread_mutex_unlock(&gt->gt_mutex);
 }
@@ -673,14 +758,18 @@ static void demote_one(struct shoal_fs *fs, struct glock *gl)
 		pthread_mutex_unlock(&gt->gt_mutex);
 		break;
 	}
-	if (gl->gl_ops->go_demote_ok && !gl->gl_ops->go_demote_ok(fs, gl)) {
-		pthread_mutex_lock(&gt->gt_mutex);
-		gl->gl_flags &= ~GLF_DEMOTING;
-		gl->gl_target = -1;
-		pthread_cond_broadcast(&gt->gt_cond);
-		pthread_mutex_unlock(&gt->gt_mutex);
-		pthread_mutex_unlock(&fs->fs_lock);
-		return;
+	if (gl->gl_ops->go_demote_to) {
+		int to = gl->gl_ops->go_demote_to(fs, gl, target);
+		if (to < 0) {
+			pthread_mutex_lock(&gt->gt_mutex);
+			gl->gl_flags &= ~GLF_DEMOTING;
+			gl->gl_target = -1;
+			pthread_cond_broadcast(&gt->gt_cond);
+			pthread_mutex_unlock(&gt->gt_mutex);
+			pthread_mutex_unlock(&fs->fs_lock);
+			return;
+		}
+		target = to;
 	}
 	if (gl->gl_state == GL_EX && gl->gl_ops->go_sync)
 		err = gl->gl_ops->go_sync(fs, gl);

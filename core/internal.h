@@ -230,6 +230,9 @@ int rg_all_held(struct shoal_fs *fs);
 int rg_hold_of(struct shoal_fs *fs, uint64_t blkno);
 /* The block rg_alloc(goal, 1, DINODE) would return, without taking it. */
 int rg_peek(struct shoal_fs *fs, uint64_t goal, uint64_t *blk);
+/* Up to n free blocks after blk in blk's group, in order, found within
+ * 64 * n blocks: what rg_peek is likely to give next (a guess); how many. */
+uint32_t rg_peek_after(struct shoal_fs *fs, uint64_t blk, uint32_t n, uint64_t *out);
 /* Free blocks of the whole filesystem for statfs (other nodes' groups read
  * from disk at most once a second). */
 uint64_t rg_statfs_free(struct shoal_fs *fs);
