@@ -18,7 +18,9 @@
  *  (5) the kernel's caches of an inode are invalidated (mo_inval) before a
  *      glock leaves the node, from the worker thread, never while a holder
  *      could be waiting for the glock (GLF_DEMOTING is not set yet); if the
- *      object was used meanwhile, the notification is repeated;
+ *      object was used meanwhile, the notification is repeated; and once
+ *      no holder can use it, its attributes and a directory's names
+ *      (mo_inval_now, which never blocks: go_inval, unlock_now);
  *  (6) an operation's holds are taken in (type, number) order whenever it
  *      may wait, so two nodes never wait for each other in a cycle.
  */
@@ -285,6 +287,11 @@ static void unlock_now(struct shoal_fs *fs, struct glock *gl)
 	gl->gl_flags |= GLF_INFLIGHT;
 	gl->gl_want = GL_UN;
 	pthread_mutex_unlock(&gt->gt_mutex);
+	/* an inode's SH lost in a conversion (gl_acquire): the kernel's
+	 * attributes and names go, now that no hold can be granted (no fs_lock
+	 * here to tell a directory from a file) */
+	if (gl->gl_type == GL_INODE && fs->fs_opts.mo_inval_now)
+		fs->fs_opts.mo_inval_now(fs->fs_opts.mo_inval_arg, gl->gl_number, -1);
 	gt->gt_lm->lm_unlock(fs, gl);
 	pthread_mutex_lock(&gt->gt_mutex);
 	gl->gl_flags &= ~GLF_INFLIGHT;

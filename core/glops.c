@@ -10,7 +10,9 @@
  *      this node's journal holds nothing a replay could write over them;
  *  (2) after go_inval, no cached copy of the object is used again: the
  *      glock's generation changes (glock.c), so every buffer read under the
- *      old one is read again, the in-memory dinode included;
+ *      old one is read again, the in-memory dinode included, and the
+ *      kernel asks again for the attributes of the inode and every name of
+ *      a directory (mo_inval_now);
  *  (3) an iopen glock stays (SH, or EX while no other node used the
  *      inode since this node made it) while the inode is in use on this
  *      node: that is how other nodes know not to free it.
@@ -41,8 +43,20 @@ static void inval_rgrp(struct shoal_fs *fs, struct glock *gl)
 
 static void inval_inode(struct shoal_fs *fs, struct glock *gl)
 {
-	(void)fs;
-	(void)gl;
+	/* the generation changes (glock.c): the dinode is read again.  The
+	 * kernel's attributes (and a directory's names) go now that no
+	 * operation can use the glock: mo_inval ran before, but may have
+	 * given up waiting for a notification the kernel blocked */
+	struct shoal_inode *ip;
+
+	if (!fs->fs_opts.mo_inval_now)
+		return;
+	ip = inode_find(fs, gl->gl_number);
+	if (!ip)
+		return; /* not in memory: the kernel does not have it */
+	fs->fs_opts.mo_inval_now(fs->fs_opts.mo_inval_arg, gl->gl_number,
+				 S_ISDIR(ip_di(ip)->di_mode));
+	inode_put(fs, ip);
 }
 
 static int iopen_demote_to(struct shoal_fs *fs, struct glock *gl, int target)

@@ -13,8 +13,9 @@
  * Only kept with a cluster lock module: one node alone never needs it.
  *
  * Invariants (nm_lock):
- *  (1) a name the kernel got from us since the directory's last
- *      invalidation is in the set of that directory (duplicates allowed);
+ *  (1) until names_sets_off (the kernel takes an epoch: main.c), a name
+ *      the kernel got from us since the directory's last invalidation is
+ *      in the set of that directory (duplicates allowed);
  *  (2) names_take empties the set it returns;
  *  (3) if the kernel has a dentry of directory D under D's current node
  *      id, it is at the place recorded for D (the kernel got D there
@@ -55,6 +56,7 @@ static struct {
 	struct nm_loc *by_ino[NM_BUCKETS];
 	struct nm_loc *by_place[NM_BUCKETS];
 	int on;
+	int sets_off; /* atomic: names_note keeps nothing (names_sets_off) */
 } nm = {.lock = PTHREAD_MUTEX_INITIALIZER};
 
 void names_enable(void)
@@ -65,6 +67,11 @@ void names_enable(void)
 int names_enabled(void)
 {
 	return nm.on;
+}
+
+void names_sets_off(void)
+{
+	__atomic_store_n(&nm.sets_off, 1, __ATOMIC_RELAXED);
 }
 
 static uint64_t hash_name(const char *s)
@@ -110,7 +117,7 @@ void names_note(uint64_t dir, const char *name)
 {
 	struct nm_dir **pp, *d;
 
-	if (!nm.on)
+	if (!nm.on || __atomic_load_n(&nm.sets_off, __ATOMIC_RELAXED))
 		return;
 	pthread_mutex_lock(&nm.lock);
 	pp = &nm.buckets[dir % NM_BUCKETS];

@@ -13,6 +13,9 @@
 void names_enable(void);
 /* Whether names are kept (a cluster mount). */
 int names_enabled(void);
+/* From now on names_note keeps nothing: the kernel can be told to drop
+ * every name at once (main.c epoch_write); locations are still kept. */
+void names_sets_off(void);
 /* The kernel got an entry (or a negative one) for name in dir. */
 void names_note(uint64_t dir, const char *name);
 /* Every name noted for dir since the last take; *out and each name are

@@ -21,7 +21,7 @@
  *  (5) no op calls back into libshoal from inside a libshoal callback
  *      (readdirplus collects the names first and looks them up afterwards);
  *  (6) the kernel caches attributes for SMOUNT_TIMEOUT, entries (positive
- *      and negative) for smount_entry_timeout, and file pages across opens
+ *      and negative) for smount_entry_ttl(), and file pages across opens
  *      (keep_cache).  With one node that is correct because everything that
  *      changes the filesystem passes through this kernel mount; in a
  *      cluster, because glock demotion invalidates attributes, pages and
@@ -108,7 +108,7 @@ static int fill_entry(struct shoal_fs *fs, const struct stat *st, struct fuse_en
 	e->generation = shoal_generation(fs, (uint64_t)st->st_ino);
 	e->attr = *st;
 	e->attr_timeout = SMOUNT_TIMEOUT;
-	e->entry_timeout = smount_entry_timeout;
+	e->entry_timeout = smount_entry_ttl();
 	return 0;
 }
 
@@ -230,7 +230,7 @@ static void op_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
 	if (ret == -ENOENT) {
 		/* A negative entry: the kernel remembers the name is free. */
 		memset(&e, 0, sizeof(e));
-		e.entry_timeout = smount_entry_timeout;
+		e.entry_timeout = smount_entry_ttl();
 		fuse_reply_entry(req, &e);
 		return;
 	}

@@ -48,7 +48,7 @@ static void usage(FILE *out)
 		"            reads/writes/bytes/flushes, journal commits, writeback,\n"
 		"            fsyncs, buffer cache, lock requests, corrupt blocks;\n"
 		"            then \"readonly 0|1\" and \"error TEXT\" if it failed\n"
-		"  status    device, mountpoint, node, lock, options, pid, log\n"
+		"  status    device, mountpoint, node, lock, options, entry_timeout, pid, log\n"
 		"  umount    unmount MOUNTPOINT and wait until its daemon has finished\n"
 		"            writing (plain umount returns before that)\n"
 		"  help      this text; `" PROG " help MOUNTPOINT` lists what that\n"
