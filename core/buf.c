@@ -26,8 +26,7 @@
 
 static uint32_t bc_slot(struct shoal_bcache *bc, uint64_t blkno)
 {
-	uint64_t h = blkno * 0x9e3779b97f4a7c15ull;
-	return (uint32_t)(h >> 32) & bc->bc_hmask;
+	return fib_slot(blkno, bc->bc_hmask);
 }
 
 static void lru_del(struct shoal_bcache *bc, struct shoal_buf *b)

@@ -18,7 +18,9 @@
  *  (5) the kernel's caches of an inode are invalidated (mo_inval) before a
  *      glock leaves the node, from the worker thread, never while a holder
  *      could be waiting for the glock (GLF_DEMOTING is not set yet); if the
- *      object was used meanwhile, the notification is repeated;
+ *      object was used meanwhile, the notification is repeated; and once
+ *      no holder can use it, its attributes and a directory's names
+ *      (mo_inval_now, which never blocks: go_inval, unlock_now);
  *  (6) an operation's holds are taken in (type, number) order whenever it
  *      may wait, so two nodes never wait for each other in a cycle;
  *  (7) every hold has a struct gl_holder on gl_holders_q (gl_holders counts
@@ -167,8 +169,7 @@ void gl_destroy(struct shoal_fs *fs)
 
 static uint32_t gl_slot(struct gl_table *gt, uint32_t type, uint64_t number)
 {
-	uint64_t h = (number ^ ((uint64_t)type << 56)) * 0x9e3779b97f4a7c15ull;
-	return (uint32_t)(h >> 32) & gt->gt_mask;
+	return fib_slot(number ^ ((uint64_t)type << 56), gt->gt_mask);
 }
 
 /* gt_mutex held */
@@ -325,22 +326,24 @@ static void demote_queue(struct gl_table *gt, struct glock *gl, int target)
 	pthread_cond_signal(&gt->gt_wcond);
 }
 
-/* gt_mutex held: one lock module request, with the mutex dropped meanwhile */
-static int lm_request(struct shoal_fs *fs, struct glock *gl, int state, int flags)
+/* gt_mutex held: a lock module request for state is about to go out */
+static void lm_begin(struct shoal_fs *fs, struct glock *gl, int state, int flags)
+{
+	gl->gl_flags |= GLF_INFLIGHT;
+	gl->gl_want = (uint8_t)state;
+	trace(fs, gl, SHOAL_GLEV_REQUEST, gl->gl_state, -1, state, gl->gl_target,
+	      flags & GL_TRY ? SHOAL_GLEV_F_TRY : 0);
+}
+
+/* gt_mutex held: gl's request for state (flags, sent at t0 when gl was in
+ * state prev) was answered got, a state or -errno */
+static int lm_end(struct shoal_fs *fs, struct glock *gl, int state, int flags, int prev, int got,
+		  uint64_t t0)
 {
 	struct gl_table *gt = fs->fs_gl;
 	uint32_t tf = flags & GL_TRY ? SHOAL_GLEV_F_TRY : 0;
-	int prev = gl->gl_state, got;
-	uint64_t t0, rtt;
+	uint64_t rtt = gl_now_ns() - t0;
 
-	gl->gl_flags |= GLF_INFLIGHT;
-	gl->gl_want = (uint8_t)state;
-	trace(fs, gl, SHOAL_GLEV_REQUEST, prev, -1, state, gl->gl_target, tf);
-	pthread_mutex_unlock(&gt->gt_mutex);
-	t0 = gl_now_ns();
-	got = gt->gt_lm->lm_lock(fs, gl, state, flags);
-	rtt = gl_now_ns() - t0;
-	pthread_mutex_lock(&gt->gt_mutex);
 	gl->gl_flags &= ~GLF_INFLIGHT;
 	if (gl->gl_flags & GLF_QUEUED) /* a callback came meanwhile */
 		pthread_cond_signal(&gt->gt_wcond);
@@ -378,6 +381,21 @@ static int lm_request(struct shoal_fs *fs, struct glock *gl, int state, int flag
 	return got;
 }
 
+/* gt_mutex held: one lock module request, with the mutex dropped meanwhile */
+static int lm_request(struct shoal_fs *fs, struct glock *gl, int state, int flags)
+{
+	struct gl_table *gt = fs->fs_gl;
+	int prev = gl->gl_state, got;
+	uint64_t t0;
+
+	lm_begin(fs, gl, state, flags);
+	pthread_mutex_unlock(&gt->gt_mutex);
+	t0 = gl_now_ns();
+	got = gt->gt_lm->lm_lock(fs, gl, state, flags);
+	pthread_mutex_lock(&gt->gt_mutex);
+	return lm_end(fs, gl, state, flags, prev, got, t0);
+}
+
 /*
  * gt_mutex held, no holders, nothing to write back: give the lock back to the
  * lock module now.  No
@@ -397,6 +415,11 @@ static void unlock_now(struct shoal_fs *fs, struct glock *gl)
 	gl->gl_want = GL_UN;
 	trace(fs, gl, SHOAL_GLEV_REQUEST, prev, -1, GL_UN, gl->gl_target, 0);
 	pthread_mutex_unlock(&gt->gt_mutex);
+	/* an inode's SH lost in a conversion (gl_acquire): the kernel's
+	 * attributes and names go, now that no hold can be granted (no fs_lock
+	 * here to tell a directory from a file) */
+	if (gl->gl_type == GL_INODE && fs->fs_opts.mo_inval_now)
+		fs->fs_opts.mo_inval_now(fs->fs_opts.mo_inval_arg, gl->gl_number, -1);
 	gt->gt_lm->lm_unlock(fs, gl);
 	pthread_mutex_lock(&gt->gt_mutex);
 	gl->gl_flags &= ~GLF_INFLIGHT;
@@ -559,8 +582,11 @@ static int op_holds(struct op_ctx *op, uint32_t type, uint64_t number, int state
 {
 	for (int i = 0; i < op->nheld; i++) {
 		struct glock *gl = op->held[i].gh_gl;
-		if (gl->gl_type == type && gl->gl_number == number && gl->gl_state >= state)
+		if (gl->gl_type == type && gl->gl_number == number && gl->gl_state >= state) {
+			if (state > op->held[i].gh_state)
+				op->held[i].gh_state = state; /* asked for that much now */
 			return 1;
+		}
 	}
 	return 0;
 }
@@ -587,7 +613,8 @@ static int op_need(struct op_ctx *op, uint32_t type, uint64_t number, int state)
 	return -ERESTART;
 }
 
-int gl_hold(struct shoal_fs *fs, uint32_t type, uint64_t number, int state)
+/* gl_hold; may_try 0: no try-lock, a glock not held as wanted is needed */
+static int hold_one(struct shoal_fs *fs, uint32_t type, uint64_t number, int state, int may_try)
 {
 	struct gl_table *gt = fs->fs_gl;
 	struct op_ctx *op = &op_cur;
@@ -605,7 +632,7 @@ int gl_hold(struct shoal_fs *fs, uint32_t type, uint64_t number, int state)
 		return -ENOMEM;
 	}
 	gl->gl_qcnt++;
-	if (!(gl->gl_flags & (GLF_INFLIGHT | GLF_DEMOTING)) && gl->gl_state < state &&
+	if (may_try && !(gl->gl_flags & (GLF_INFLIGHT | GLF_DEMOTING)) && gl->gl_state < state &&
 	    (gl->gl_state == GL_UN || !gt->gt_lm->lm_cluster)) {
 		/* a try-lock never waits for another node: fine under fs_lock */
 		int got = lm_request(fs, gl, state, GL_TRY);
@@ -677,6 +704,66 @@ int gl_try_hold(struct shoal_fs *fs, uint32_t type, uint64_t number, int state)
 	return err;
 }
 
+int gl_hold(struct shoal_fs *fs, uint32_t type, uint64_t number, int state)
+{
+	return hold_one(fs, type, number, state, 1);
+}
+
+int gl_hold_many(struct shoal_fs *fs, const struct gl_want *w, int n, int nhold)
+{
+	struct gl_table *gt = fs->fs_gl;
+	struct glock *req[16];
+	int states[16], prevs[16], got[16], tried[16] = {0}, nreq = 0, err = 0;
+
+	if (n < 0 || n > 16 || nhold > n)
+		return -EINVAL;
+	if (__atomic_load_n(&fs->fs_dev->d_fenced, __ATOMIC_RELAXED))
+		return -EIO;
+	pthread_mutex_lock(&gt->gt_mutex);
+	for (int i = 0; i < n; i++) {
+		struct glock *gl = gl_find(gt, w[i].gw_type, w[i].gw_number, 1);
+		if (!gl) {
+			pthread_mutex_unlock(&gt->gt_mutex);
+			return -ENOMEM;
+		}
+		if (!(gl->gl_flags & (GLF_INFLIGHT | GLF_DEMOTING)) && gl->gl_state == GL_UN) {
+			req[nreq] = gl;
+			prevs[nreq] = gl->gl_state;
+			states[nreq++] = w[i].gw_state;
+			tried[i] = 1;
+		}
+	}
+	/* try-locks never wait for another node: fine under fs_lock */
+	if (nreq > 1 && gt->gt_lm->lm_lock_many) {
+		uint64_t t0 = gl_now_ns();
+		int e;
+
+		for (int k = 0; k < nreq; k++)
+			lm_begin(fs, req[k], states[k], GL_TRY);
+		pthread_mutex_unlock(&gt->gt_mutex);
+		e = gt->gt_lm->lm_lock_many(fs, req, states, GL_TRY, nreq, got);
+		pthread_mutex_lock(&gt->gt_mutex);
+		for (int k = 0; k < nreq; k++)
+			lm_end(fs, req[k], states[k], GL_TRY, prevs[k], e ? e : got[k], t0);
+	} else {
+		for (int k = 0; k < nreq; k++)
+			lm_request(fs, req[k], states[k], GL_TRY);
+	}
+	pthread_mutex_unlock(&gt->gt_mutex);
+	/* the holds, in order; every glock still needed is noted for op_wait */
+	for (int i = 0; i < nhold; i++) {
+		int may_try = !tried[i] || w[i].gw_least < w[i].gw_state;
+		int e = hold_one(fs, w[i].gw_type, w[i].gw_number, w[i].gw_least, may_try);
+		if (e == -ERESTART) {
+			err = err ? err : e;
+		} else if (e) {
+			err = e;
+			break;
+		}
+	}
+	return err;
+}
+
 void op_begin(struct shoal_fs *fs)
 {
 	struct op_ctx *op = &op_cur;
@@ -718,7 +805,9 @@ int op_wait(struct shoal_fs *fs)
 
 	if (op->depth != 1 || op->fs != fs)
 		return -EDEADLK; /* only the outermost operation may wait */
-	/* the states asked for, not those cached: see (8) */
+	/* what was asked for, not what happened to be granted: an SH hold of
+	 * a glock cached EX must not wait for EX now (R1; an iopen glock another
+	 * node holds SH for an inode in use there never goes to UN) */
 	for (int i = 0; i < op->nheld; i++)
 		all[n++] = (struct gl_need){op->held[i].gh_gl->gl_type, op->held[i].gh_gl->gl_number,
 					    op->held[i].gh_state};
@@ -792,6 +881,17 @@ void gl_cb(struct shoal_fs *fs, uint32_t type, uint64_t number, int wanted)
 			demote_queue(gt, gl, target);
 			trace(fs, gl, SHOAL_GLEV_DEMOTE, gl->gl_state, gl->gl_state,
 			      gl->gl_flags & GLF_INFLIGHT ? gl->gl_want : -1, gl->gl_target, 0);
+		}
+		/*
+		 * A node that wants an inode wants its iopen glock SH next:
+		 * an iopen this node holds EX (it made the inode, no other
+		 * node used it yet) goes down to SH now, not on a callback of
+		 * its own (LOCKING.md "Unlinked inodes").
+		 */
+		if (type == GL_INODE) {
+			struct glock *io = gl_find(gt, GL_IOPEN, number, 0);
+			if (io && io->gl_state == GL_EX)
+				demote_queue(gt, io, GL_SH);
 		}
 	}
 	pthread_mutex_unlock(&gt->gt_mutex);
@@ -882,14 +982,18 @@ static void demote_one(struct shoal_fs *fs, struct glock *gl)
 		break;
 	}
 	prev = gl->gl_state; /* stable: GLF_DEMOTING admits nobody */
-	if (gl->gl_ops->go_demote_ok && !gl->gl_ops->go_demote_ok(fs, gl)) {
-		pthread_mutex_lock(&gt->gt_mutex);
-		gl->gl_flags &= ~GLF_DEMOTING;
-		gl->gl_target = -1;
-		pthread_cond_broadcast(&gt->gt_cond);
-		pthread_mutex_unlock(&gt->gt_mutex);
-		pthread_mutex_unlock(&fs->fs_lock);
-		return;
+	if (gl->gl_ops->go_demote_to) {
+		int to = gl->gl_ops->go_demote_to(fs, gl, target);
+		if (to < 0) {
+			pthread_mutex_lock(&gt->gt_mutex);
+			gl->gl_flags &= ~GLF_DEMOTING;
+			gl->gl_target = -1;
+			pthread_cond_broadcast(&gt->gt_cond);
+			pthread_mutex_unlock(&gt->gt_mutex);
+			pthread_mutex_unlock(&fs->fs_lock);
+			return;
+		}
+		target = to;
 	}
 	if (gl->gl_state == GL_EX && gl->gl_ops->go_sync)
 		err = gl->gl_ops->go_sync(fs, gl);

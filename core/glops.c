@@ -1,7 +1,7 @@
 /*
  * glops.c - per-type glock policy: what a node writes back before it gives a
  * lock up (go_sync), what it drops from its caches (go_inval), and whether
- * it may give it up at all (go_demote_ok).
+ * how far it may give it up now (go_demote_to).
  *
  * Invariants:
  *  (1) after go_sync of an inode or resource-group glock, every change this
@@ -10,9 +10,12 @@
  *      this node's journal holds nothing a replay could write over them;
  *  (2) after go_inval, no cached copy of the object is used again: the
  *      glock's generation changes (glock.c), so every buffer read under the
- *      old one is read again, the in-memory dinode included;
- *  (3) an iopen glock stays while the inode is in use on this node: that
- *      is how other nodes know not to free it.
+ *      old one is read again, the in-memory dinode included, and the
+ *      kernel asks again for the attributes of the inode and every name of
+ *      a directory (mo_inval_now);
+ *  (3) an iopen glock stays (SH, or EX while no other node used the
+ *      inode since this node made it) while the inode is in use on this
+ *      node: that is how other nodes know not to free it.
  */
 #include "internal.h"
 #include "lock.h"
@@ -40,19 +43,40 @@ static void inval_rgrp(struct shoal_fs *fs, struct glock *gl)
 
 static void inval_inode(struct shoal_fs *fs, struct glock *gl)
 {
-	(void)fs;
-	(void)gl;
+	/* the generation changes (glock.c): the dinode is read again.  The
+	 * kernel's attributes (and a directory's names) go now that no
+	 * operation can use the glock: mo_inval ran before, but may have
+	 * given up waiting for a notification the kernel blocked */
+	struct shoal_inode *ip;
+
+	if (!fs->fs_opts.mo_inval_now)
+		return;
+	ip = inode_find(fs, gl->gl_number);
+	if (!ip)
+		return; /* not in memory: the kernel does not have it */
+	fs->fs_opts.mo_inval_now(fs->fs_opts.mo_inval_arg, gl->gl_number,
+				 S_ISDIR(ip_di(ip)->di_mode));
+	inode_put(fs, ip);
 }
 
-static int iopen_demote_ok(struct shoal_fs *fs, struct glock *gl)
+static int iopen_demote_to(struct shoal_fs *fs, struct glock *gl, int target)
 {
 	struct shoal_inode *ip = inode_find(fs, gl->gl_number);
 	int busy = 0;
+
 	if (ip) {
 		busy = ip->i_nlookup || ip->i_open;
 		inode_put(fs, ip);
 	}
-	return !busy;
+	/*
+	 * In use here: down to SH at most (another node may use it too, and
+	 * must not free it).  Not in use (a freed inode's, or one made ahead,
+	 * ops.c hold_new): all the way down, or a node freeing the inode
+	 * later would find this node's SH in the way.
+	 */
+	if (busy)
+		return target == GL_UN ? -1 : target;
+	return GL_UN;
 }
 
 static const struct gl_ops inode_glops = {
@@ -68,7 +92,7 @@ static const struct gl_ops rgrp_glops = {
 };
 
 static const struct gl_ops iopen_glops = {
-	.go_demote_ok = iopen_demote_ok,
+	.go_demote_to = iopen_demote_to,
 	.go_name = "iopen",
 };
 

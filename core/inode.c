@@ -33,7 +33,7 @@
 
 static uint32_t ih_slot(struct shoal_fs *fs, uint64_t ino)
 {
-	return (uint32_t)((ino * 0x9e3779b97f4a7c15ull) >> 32) & fs->fs_ihmask;
+	return fib_slot(ino, fs->fs_ihmask);
 }
 
 static struct shoal_inode *ih_find(struct shoal_fs *fs, uint64_t ino)
@@ -223,7 +223,8 @@ void inode_queue_orphan(struct shoal_fs *fs, uint64_t ino)
 
 /*
  * Cluster: the last user on this node let go of an unlinked inode.  Free it
- * if no other node has it open (iopen try-lock EX) and this node holds what
+ * if no other node has it open (iopen held EX since this node made it, or
+ * an iopen try-lock EX) and this node holds what
  * freeing needs (its glock and every group); otherwise the commit thread
  * frees it later (inode_free_orphans), or the last node using it does.
  */
@@ -235,6 +236,11 @@ static void inode_free_cluster(struct shoal_fs *fs, struct shoal_inode *ip)
 		inode_queue_orphan(fs, ip->i_ino);
 		return;
 	}
+	if (gl_have(fs, GL_IOPEN, ip->i_ino, GL_EX)) {
+		/* ours EX since it was made: no other node ever used it */
+		inode_destroy(fs, ip);
+		return;
+	}
 	gl_release(fs, io); /* our SH, if we had it: no up-conversion */
 	if (gl_acquire(fs, GL_IOPEN, ip->i_ino, GL_EX, GL_TRY, &g))
 		return; /* open on another node: that node frees it */
@@ -244,8 +250,10 @@ static void inode_free_cluster(struct shoal_fs *fs, struct shoal_inode *ip)
 
 static void inode_evict(struct shoal_fs *fs, struct shoal_inode *ip)
 {
-	if (fs->fs_cluster) {
-		/* no longer in use here: another node may free it now */
+	if (fs->fs_cluster && !ip->i_freed) {
+		/* no longer in use here: another node may free it now.  (One
+		 * this node freed keeps its iopen glock cached, EX: whoever
+		 * makes an inode there next asks for it, perhaps this node) */
 		struct glock *io = gl_get(fs, GL_IOPEN, ip->i_ino);
 		if (io)
 			gl_release(fs, io);

@@ -166,6 +166,16 @@ struct shoal_fs {
 struct gl_ops;
 const struct gl_ops *glops_for(uint32_t type);
 
+/*
+ * Slot of v in a table of mask + 1 = 2^k slots: Fibonacci hashing, the top
+ * k bits of v times 2^64/phi.  (The middle bits, taken before, put runs of
+ * consecutive block numbers into a tenth of the slots.)
+ */
+static inline uint32_t fib_slot(uint64_t v, uint32_t mask)
+{
+	return (uint32_t)((v * 0x9e3779b97f4a7c15ull) >> (64 - __builtin_popcount(mask))) & mask;
+}
+
 static inline struct shoal_dinode *ip_di(struct shoal_inode *ip)
 {
 	return (struct shoal_dinode *)ip->i_bh->b_data;
@@ -239,6 +249,9 @@ int rg_all_held(struct shoal_fs *fs);
 int rg_hold_of(struct shoal_fs *fs, uint64_t blkno);
 /* The block rg_alloc(goal, 1, DINODE) would return, without taking it. */
 int rg_peek(struct shoal_fs *fs, uint64_t goal, uint64_t *blk);
+/* Up to n free blocks after blk in blk's group, in order, found within
+ * 64 * n blocks: what rg_peek is likely to give next (a guess); how many. */
+uint32_t rg_peek_after(struct shoal_fs *fs, uint64_t blk, uint32_t n, uint64_t *out);
 /* Free blocks of the whole filesystem for statfs (other nodes' groups read
  * from disk at most once a second). */
 uint64_t rg_statfs_free(struct shoal_fs *fs);

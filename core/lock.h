@@ -53,8 +53,10 @@ struct gl_ops {
 	int (*go_sync)(struct shoal_fs *fs, struct glock *gl);
 	/* drop this node's cached copies (demotion to UN) */
 	void (*go_inval)(struct shoal_fs *fs, struct glock *gl);
-	/* may the lock be given back now?  (iopen: not while the inode is in use) */
-	int (*go_demote_ok)(struct shoal_fs *fs, struct glock *gl);
+	/* the state a demotion asked for target goes to now: target, a lower
+	 * one, or -1 not now (iopen: not to UN while the inode is in use, and
+	 * to UN when asked for SH while it is not); NULL: target */
+	int (*go_demote_to)(struct shoal_fs *fs, struct glock *gl, int target);
 	const char *go_name;
 };
 
@@ -134,6 +136,10 @@ struct lm_ops {
 	/* ask for state (or convert down to it); returns the state granted or
 	 * -errno (-EAGAIN: a try failed).  Called without fs_lock. */
 	int (*lm_lock)(struct shoal_fs *fs, struct glock *gl, int state, int flags);
+	/* optional: lm_lock for n glocks at once (n <= 16, one round trip),
+	 * results[i] as lm_lock's; 0 or -errno for the whole call */
+	int (*lm_lock_many)(struct shoal_fs *fs, struct glock **gls, const int *states, int flags,
+			    int n, int *results);
 	/* give the lock up; never waits for the lock manager */
 	int (*lm_unlock)(struct shoal_fs *fs, struct glock *gl);
 	/* journal index has been replayed (recovery of a dead node) */
@@ -157,6 +163,19 @@ void gl_destroy(struct shoal_fs *fs);
  * until the operation ends.  0, -ERESTART (unwind; op_wait), or -errno.
  */
 int gl_hold(struct shoal_fs *fs, uint32_t type, uint64_t number, int state);
+/*
+ * gl_hold for the first nhold of n glocks (n <= 16), in order, asking the
+ * lock module for every one this node holds nothing of in one round trip.
+ * Each of those is tried for gw_state; the held ones are held in at least
+ * gw_least (<= gw_state), with a try of its own if the first one failed.
+ * The others are only asked for: their grants stay cached for later holds.
+ */
+struct gl_want {
+	uint32_t gw_type;
+	uint64_t gw_number;
+	int gw_state, gw_least;
+};
+int gl_hold_many(struct shoal_fs *fs, const struct gl_want *w, int n, int nhold);
 /* The glock of (type, number), created if needed (fs_lock). */
 struct glock *gl_get(struct shoal_fs *fs, uint32_t type, uint64_t number);
 /* Is it held by this operation (or cached) in at least state? (fs_lock) */

@@ -109,6 +109,30 @@ static int shoal_lock(struct shoal_fs *fs, struct glock *gl, int state, int flag
 	return got < 0 ? got : to_state(got);
 }
 
+static int shoal_lock_many(struct shoal_fs *fs, struct glock **gls, const int *states, int flags,
+			   int n, int *results)
+{
+	struct lkc_lockreq r[16];
+	int err;
+
+	if (n < 0 || n > 16)
+		return -EINVAL;
+	for (int i = 0; i < n; i++)
+		r[i] = (struct lkc_lockreq){
+			.lr_type = gls[i]->gl_type,
+			.lr_number = gls[i]->gl_number,
+			.lr_mode = to_mode[states[i]],
+			.lr_flags = (flags & GL_TRY ? LKF_TRY : 0) | (flags & GL_TRY_1CB ? LKF_TRY_1CB : 0),
+			.lr_lvb = gls[i]->gl_lvb,
+		};
+	err = lkc_lock_many(fs->fs_lm_priv, r, (size_t)n);
+	if (err)
+		return err;
+	for (int i = 0; i < n; i++)
+		results[i] = r[i].lr_result < 0 ? r[i].lr_result : to_state(r[i].lr_result);
+	return 0;
+}
+
 static int shoal_unlock(struct shoal_fs *fs, struct glock *gl)
 {
 	return lkc_unlock(fs->fs_lm_priv, gl->gl_type, gl->gl_number, NULL);
@@ -124,6 +148,7 @@ const struct lm_ops lm_shoal_ops = {
 	.lm_mount = lks_mount,
 	.lm_unmount = lks_unmount,
 	.lm_lock = shoal_lock,
+	.lm_lock_many = shoal_lock_many,
 	.lm_unlock = shoal_unlock,
 	.lm_recovery_done = shoal_recovery_done,
 	.lm_cluster = 1,

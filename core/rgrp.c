@@ -308,6 +308,23 @@ int rg_peek(struct shoal_fs *fs, uint64_t goal, uint64_t *blk)
 	return rg_find(fs, goal, 1, SHOAL_B_DINODE, 1, blk, &got);
 }
 
+uint32_t rg_peek_after(struct shoal_fs *fs, uint64_t blk, uint32_t n, uint64_t *out)
+{
+	struct shoal_rgd *rd = rg_of(fs, blk);
+	struct shoal_buf *b;
+	uint32_t got = 0;
+
+	if (!rd || !rg_usable(fs, rd) || rg_header(fs, rd, &b))
+		return 0;
+	const uint8_t *bm = b->b_data + SHOAL_RG_BITMAP_OFF;
+	uint32_t k = (uint32_t)(blk - rd->rd_data0) + 1, end = k + 64 * n;
+	for (; got < n && k < rd->rd_length && k < end; k++)
+		if (bm_get(bm, k) == SHOAL_B_FREE && !pend_get(rd, k))
+			out[got++] = rd->rd_data0 + k;
+	buf_put(fs, b);
+	return got;
+}
+
 int rg_free(struct shoal_fs *fs, uint64_t blkno, uint32_t n)
 {
 	while (n) {

@@ -179,11 +179,12 @@ int fs_recover_journal(struct shoal_fs *fs, uint32_t jid)
 		return 0;
 	pthread_mutex_lock(&fs->fs_lock);
 	err = jnl_recover(fs, jid, &replayed);
+	if (!err)
+		fs->fs_ctr.sc_recoveries++; /* before lockd lets others see it */
 	pthread_mutex_unlock(&fs->fs_lock);
 	if (!err) {
 		if (fs->fs_lm->lm_recovery_done)
 			fs->fs_lm->lm_recovery_done(fs, jid);
-		fs->fs_ctr.sc_recoveries++;
 		if (replayed)
 			fprintf(stderr, "shoal: journal %u of a dead node: replayed %u transactions\n",
 				jid, replayed);
@@ -313,7 +314,7 @@ int shoal_mount(struct shoal_dev *dev, const struct shoal_mount_opts *opts,
 		err = -EINVAL;
 		goto out_free;
 	}
-	fs->fs_ihmask = 4095;
+	fs->fs_ihmask = 65535; /* the kernel may hold 100,000s of inodes */
 	fs->fs_ihash = calloc(fs->fs_ihmask + 1, sizeof(*fs->fs_ihash));
 	if (!fs->fs_ihash) {
 		err = -ENOMEM;

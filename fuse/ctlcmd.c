@@ -2,7 +2,8 @@
  * ctlcmd.c - the control commands of shoal-mount, served by ctl.c:
  *   stat     every counter of the mount as "name value", then "readonly 0|1"
  *            and, if the mount went read-only on an error, "error TEXT";
- *   status   device, mountpoint, node, lock, options, pid, log;
+ *   status   device, mountpoint, node, lock, options, entry_timeout, pid,
+ *            log;
  *   glocks   [FILTER] every cached glock with its holders and waiters;
  *   glstats  [FILTER] per-type and per-glock lock statistics;
  *   trace    [FILTER] streams glock events until the client goes away or
@@ -96,6 +97,7 @@ static int cmd_status(void *arg, const char *args, FILE *out)
 	fprintf(out, "node %s\n", sm->sm_node);
 	fprintf(out, "lock %s\n", sm->sm_opts.mo_lock);
 	fprintf(out, "options %s\n", sm->sm_options);
+	fprintf(out, "entry_timeout %g\n", smount_entry_ttl());
 	fprintf(out, "pid %ld\n", (long)sm->sm_pid);
 	if (sm->sm_log[0])
 		fprintf(out, "log %s\n", sm->sm_log);

@@ -36,6 +36,7 @@
  */
 #include "smount.h"
 #include "names.h"
+#include "nodeids.h"
 
 #include "dev.h"
 
@@ -53,6 +54,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <linux/fuse.h>
 #include <sys/file.h>
 #include <sys/stat.h>
 #include <time.h>
@@ -93,9 +95,9 @@ static void usage(FILE *out)
 		"  lock=shoal://HOST:PORT, lock=shoal:unix:PATH\n"
 		"                         a cluster: the shoal-lockd at that address\n"
 		"  secret=FILE            the cluster's shared secret (lockd --secret-file)\n"
-		"  entry_timeout=SECONDS  how long the kernel may cache names (default: 0\n"
-		"                         in a cluster, every path walk asks shoal; 86400\n"
-		"                         with lock=nolock)\n"
+		"  entry_timeout=SECONDS  how long the kernel may cache names (default\n"
+		"                         86400; a cluster on a kernel without FUSE's\n"
+		"                         epoch notification: 0, every path walk asks)\n"
 		"  hold=MS                longest adaptive minimum glock hold against\n"
 		"                         ping-pong between nodes (default 100; 0: none)\n"
 		"  node=NAME              this node's name (default: the host name)\n"
@@ -181,7 +183,10 @@ static int is_passthrough(const char *opt)
 static char *abs_path(const char *path, int dir);
 static pthread_mutex_t inval_lock = PTHREAD_MUTEX_INITIALIZER; /* sm_se's lifetime */
 static char lock_spec[1024];   /* lock= of a cluster mount */
-double smount_entry_timeout = -1; /* -1: the default for the lock module */
+double smount_entry_timeout = -1; /* -1: the default, SMOUNT_TIMEOUT */
+int smount_cluster;               /* a cluster lock module */
+static int entry_timeout_set;     /* entry_timeout= was given */
+static void epoch_probe(struct smount *sm);
 static char secret_path[4096]; /* secret= */
 
 static void parse_one(struct smount *sm, struct mount_args *ma, const char *opt)
@@ -212,6 +217,7 @@ static void parse_one(struct smount *sm, struct mount_args *ma, const char *opt)
 		if (parse_size(val, 0, &n) < 0 || n > 86400)
 			die_usage("%s: want seconds, 0 to 86400", opt);
 		smount_entry_timeout = (double)n;
+		entry_timeout_set = 1;
 	} else if (!strncmp(opt, "hold=", 5)) {
 		if (parse_size(val, 0, &n) < 0 || n > 10000)
 			die_usage("%s: want milliseconds, 0 to 10000", opt);
@@ -456,6 +462,8 @@ static void on_ready(void *arg, dev_t dev, int err)
 	if (err < 0)
 		fprintf(stderr, PROG ": %s: no control socket: %s\n", sm->sm_mountpoint,
 			strerror(-err));
+	if (err == 0)
+		epoch_probe(sm); /* the mount answered a stat: the kernel is ready */
 	if (__atomic_load_n(&verdict_fd, __ATOMIC_SEQ_CST) >= 0 &&
 	    !__atomic_load_n(&stopping, __ATOMIC_SEQ_CST)) {
 		detach(sm, dev);
@@ -550,8 +558,12 @@ static int lock_device(struct smount *sm, struct shoal_dev *dev)
 #define INVAL_THREADS 4
 #define INVAL_WAIT_MS 200
 
+/* node ids of one inode told at once: its own and its newest incarnations */
+#define INVAL_IDS 8
+
 struct inval_job {
-	fuse_ino_t ij_ino;
+	fuse_ino_t ij_ids[INVAL_IDS];
+	size_t ij_nids;
 	int ij_done, ij_abandoned;
 	struct inval_job *ij_next;
 };
@@ -565,7 +577,7 @@ static struct {
 } iq = {PTHREAD_COND_INITIALIZER, PTHREAD_COND_INITIALIZER, NULL, &iq.head, NULL, 0, 0, {0}};
 
 /* inval_lock held; releases it meanwhile */
-static void inval_now(struct smount *sm, fuse_ino_t fino)
+static void inval_now(struct smount *sm, const struct inval_job *j)
 {
 	struct fuse_session *se = sm->sm_se;
 	char **names;
@@ -574,13 +586,16 @@ static void inval_now(struct smount *sm, fuse_ino_t fino)
 	if (!se)
 		return; /* not mounted (yet, or any more): the kernel caches nothing */
 	pthread_mutex_unlock(&inval_lock);
-	n = names_take(fino, &names);
-	for (size_t i = 0; i < n; i++) {
-		fuse_lowlevel_notify_inval_entry(se, fino, names[i], strlen(names[i]));
-		free(names[i]);
+	for (size_t k = 0; k < j->ij_nids; k++) {
+		fuse_ino_t fino = j->ij_ids[k];
+		n = names_take(fino, &names);
+		for (size_t i = 0; i < n; i++) {
+			fuse_lowlevel_notify_inval_entry(se, fino, names[i], strlen(names[i]));
+			free(names[i]);
+		}
+		free(names);
+		fuse_lowlevel_notify_inval_inode(se, fino, 0, 0);
 	}
-	free(names);
-	fuse_lowlevel_notify_inval_inode(se, fino, 0, 0);
 	pthread_mutex_lock(&inval_lock);
 }
 
@@ -597,7 +612,7 @@ static void *inval_thread(void *arg)
 		iq.head = j->ij_next;
 		if (!iq.head)
 			iq.tail = &iq.head;
-		inval_now(iq.sm, j->ij_ino);
+		inval_now(iq.sm, j);
 		if (j->ij_abandoned) {
 			free(j);
 		} else {
@@ -617,7 +632,15 @@ static void smount_inval(void *arg, uint64_t ino)
 
 	if (!j)
 		return;
-	j->ij_ino = ino == shoal_root(sm->sm_fs) ? FUSE_ROOT_ID : (fuse_ino_t)ino;
+	if (ino == shoal_root(sm->sm_fs)) {
+		j->ij_ids[j->ij_nids++] = FUSE_ROOT_ID;
+	} else {
+		uint64_t ids[INVAL_IDS - 1];
+		size_t n = nid_list(ino, ids, INVAL_IDS - 1);
+		j->ij_ids[j->ij_nids++] = (fuse_ino_t)ino;
+		for (size_t i = 0; i < n; i++)
+			j->ij_ids[j->ij_nids++] = (fuse_ino_t)ids[i];
+	}
 	clock_gettime(CLOCK_REALTIME, &ts);
 	ts.tv_nsec += INVAL_WAIT_MS * 1000000L;
 	ts.tv_sec += ts.tv_nsec / 1000000000L;
@@ -641,10 +664,167 @@ static void smount_inval(void *arg, uint64_t ino)
 	pthread_mutex_unlock(&inval_lock);
 }
 
+/*
+ * FUSE_NOTIFY_INC_EPOCH (FUSE 7.44, Linux 6.16): every name the kernel has
+ * of this mount, positive or negative, is looked up again on its next use
+ * (the kernel stamps each name with the epoch current when it sent the
+ * request that made it).  The kernel takes no lock for it, so it never
+ * waits for a request of this mount, and it is sent when no operation can
+ * use the directory's glock any more (glops.c inval_inode): after it, no
+ * name this node handed out under that glock is trusted.  With it the
+ * kernel may keep names as long as it likes (entry_timeout); without it a
+ * cluster mount gives names no lifetime (every path walk asks).  libfuse
+ * 3.14 has no call for it: the header goes to /dev/fuse as libfuse sends
+ * its own notifications.
+ */
+#define SMOUNT_NOTIFY_INC_EPOCH 8
+static int epoch_works; /* atomic: the kernel took one */
+
+static int epoch_write(struct fuse_session *se)
+{
+	struct fuse_out_header oh = { .len = sizeof(oh), .error = SMOUNT_NOTIFY_INC_EPOCH };
+	ssize_t n = write(fuse_session_fd(se), &oh, sizeof(oh));
+
+	return n == (ssize_t)sizeof(oh) ? 0 : n < 0 ? -errno : -EIO;
+}
+
+/* Once the session serves requests: may the kernel keep names? */
+static void epoch_probe(struct smount *sm)
+{
+	int ret = -ENOTCONN;
+
+	if (!sm->sm_opts.mo_inval_now)
+		return;
+	pthread_mutex_lock(&inval_lock);
+	if (sm->sm_se)
+		ret = epoch_write(sm->sm_se);
+	pthread_mutex_unlock(&inval_lock);
+	if (ret < 0)
+		return; /* an older kernel: names keep no lifetime */
+	__atomic_store_n(&epoch_works, 1, __ATOMIC_RELEASE);
+	names_sets_off(); /* one epoch covers them all: no name by name */
+}
+
+/*
+ * What the kernel is told once no operation can use a glock (glops.c
+ * inval_inode, and a lost conversion: mo_inval_now): the inode's
+ * attributes (FUSE_NOTIFY_INVAL_INODE with a negative offset: attributes
+ * only, no page, so the kernel takes no lock for it either; its next use
+ * asks shoal, and new attributes drop the pages, auto_inval_data) and for
+ * a directory the epoch.  The page cache notification of mo_inval, which
+ * can block, may have given up before; these cannot block.  The caller
+ * may be serving a request, so one thread of its own sends them, and the
+ * caller waits for it (at most NOW_WAIT_MS, in case it ever blocked).
+ */
+#define NOW_WAIT_MS 1000
+
+struct now_job {
+	fuse_ino_t nj_ids[INVAL_IDS];
+	size_t nj_nids;
+	int nj_epoch;
+	int nj_done, nj_abandoned;
+	struct now_job *nj_next;
+};
+
+static struct {
+	pthread_cond_t work, done;
+	struct now_job *head, **tail;
+	pthread_t thread;
+	int started, stop;
+} nq = {PTHREAD_COND_INITIALIZER, PTHREAD_COND_INITIALIZER, NULL, &nq.head, 0, 0, 0};
+
+static void *now_thread(void *arg)
+{
+	struct smount *sm = arg;
+
+	pthread_mutex_lock(&inval_lock);
+	for (;;) {
+		struct now_job *j;
+		struct fuse_session *se;
+
+		while (!nq.head && !nq.stop)
+			pthread_cond_wait(&nq.work, &inval_lock);
+		if (!nq.head)
+			break;
+		j = nq.head;
+		nq.head = j->nj_next;
+		if (!nq.head)
+			nq.tail = &nq.head;
+		se = sm->sm_se; /* stays until inval_stop has joined this thread */
+		pthread_mutex_unlock(&inval_lock);
+		if (se) {
+			for (size_t k = 0; k < j->nj_nids; k++)
+				fuse_lowlevel_notify_inval_inode(se, j->nj_ids[k], -1, 0);
+			if (j->nj_epoch)
+				epoch_write(se);
+		}
+		pthread_mutex_lock(&inval_lock);
+		if (j->nj_abandoned) {
+			free(j);
+		} else {
+			j->nj_done = 1;
+			pthread_cond_broadcast(&nq.done);
+		}
+	}
+	pthread_mutex_unlock(&inval_lock);
+	return NULL;
+}
+
+static void smount_inval_now(void *arg, uint64_t ino, int isdir)
+{
+	struct smount *sm = arg;
+	struct now_job *j = calloc(1, sizeof(*j));
+	struct timespec ts;
+
+	if (!j)
+		return;
+	if (ino == shoal_root(sm->sm_fs)) {
+		j->nj_ids[j->nj_nids++] = FUSE_ROOT_ID;
+	} else {
+		uint64_t ids[INVAL_IDS - 1];
+		size_t n = nid_list(ino, ids, INVAL_IDS - 1);
+		j->nj_ids[j->nj_nids++] = (fuse_ino_t)ino;
+		for (size_t i = 0; i < n; i++)
+			j->nj_ids[j->nj_nids++] = (fuse_ino_t)ids[i];
+	}
+	j->nj_epoch = isdir && __atomic_load_n(&epoch_works, __ATOMIC_ACQUIRE);
+	clock_gettime(CLOCK_REALTIME, &ts);
+	ts.tv_nsec += NOW_WAIT_MS * 1000000L;
+	ts.tv_sec += ts.tv_nsec / 1000000000L;
+	ts.tv_nsec %= 1000000000L;
+	pthread_mutex_lock(&inval_lock);
+	if (!nq.started || nq.stop || !sm->sm_se) {
+		pthread_mutex_unlock(&inval_lock);
+		free(j);
+		return;
+	}
+	*nq.tail = j;
+	nq.tail = &j->nj_next;
+	pthread_cond_signal(&nq.work);
+	while (!j->nj_done)
+		if (pthread_cond_timedwait(&nq.done, &inval_lock, &ts))
+			break;
+	if (j->nj_done)
+		free(j);
+	else
+		j->nj_abandoned = 1; /* the thread frees it */
+	pthread_mutex_unlock(&inval_lock);
+}
+
+double smount_entry_ttl(void)
+{
+	if (!__atomic_load_n(&epoch_works, __ATOMIC_ACQUIRE) && !entry_timeout_set &&
+	    smount_cluster)
+		return 0;
+	return smount_entry_timeout;
+}
+
 static void inval_start(struct smount *sm)
 {
 	pthread_mutex_lock(&inval_lock);
 	iq.sm = sm;
+	if (pthread_create(&nq.thread, NULL, now_thread, sm) == 0)
+		nq.started = 1;
 	for (int i = 0; i < INVAL_THREADS; i++)
 		if (pthread_create(&iq.threads[i], NULL, inval_thread, NULL) == 0)
 			iq.started++;
@@ -656,11 +836,15 @@ static void inval_stop(void)
 	int n;
 	pthread_mutex_lock(&inval_lock);
 	iq.stop = 1;
+	nq.stop = 1;
 	n = iq.started;
 	pthread_cond_broadcast(&iq.work);
+	pthread_cond_broadcast(&nq.work);
 	pthread_mutex_unlock(&inval_lock);
 	for (int i = 0; i < n; i++)
 		pthread_join(iq.threads[i], NULL);
+	if (nq.started)
+		pthread_join(nq.thread, NULL);
 }
 
 int main(int argc, char **argv)
@@ -739,15 +923,16 @@ int main(int argc, char **argv)
 	if (lock_device(&sm, dev) < 0)
 		goto out_dev;
 	if (smount_entry_timeout < 0)
-		smount_entry_timeout = strcmp(sm.sm_opts.mo_lock, "nolock") ? 0 : SMOUNT_TIMEOUT;
+		smount_entry_timeout = SMOUNT_TIMEOUT; /* a cluster: see smount_entry_ttl */
 	if (strcmp(sm.sm_opts.mo_lock, "nolock")) {
-		/* a cluster: the kernel's caches go when another node takes a glock */
-		/* the kernel keeps the names it got even with entry_timeout=0
-		 * (revalidated on use); a directory renamed elsewhere must not
-		 * stay in them under its old name (d_splice_alias: ESTALE) */
+		smount_cluster = 1;
+		/* a cluster: the kernel's caches go when another node takes a
+		 * glock (names all at once, the epoch, or one by one) */
 		names_enable();
+		nid_enable(); /* a directory moved elsewhere: new node id (nodeids.c) */
 		inval_start(&sm);
 		sm.sm_opts.mo_inval = smount_inval;
+		sm.sm_opts.mo_inval_now = smount_inval_now;
 		sm.sm_opts.mo_inval_arg = &sm;
 	}
 	ret = shoal_mount(dev, &sm.sm_opts, &sm.sm_fs);
@@ -817,6 +1002,7 @@ out_destroy:
 	pthread_mutex_unlock(&inval_lock);
 	inval_stop(); /* no notification uses the session after this */
 	names_forget_all();
+	nid_forget_all();
 	fuse_session_destroy(se); /* closes /dev/fuse: a pending stat fails */
 	ctl_stop(ctl);
 out_unmount:

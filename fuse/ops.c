@@ -9,9 +9,11 @@
  *  (2) a libshoal error (-errno) becomes fuse_reply_err(req, errno) here and
  *      nowhere else;
  *  (3) FUSE node ids are shoal inode numbers except for the root, which the
- *      kernel calls FUSE_ROOT_ID and libshoal shoal_root(): ino_in() and
- *      ino_out() translate at the boundary and nowhere else;  st_ino in
- *      attributes stays the shoal inode number;
+ *      kernel calls FUSE_ROOT_ID and libshoal shoal_root(), and for the
+ *      incarnations of directories another node moved (nodeids.c, handed
+ *      out by reply_dir_entry only): ino_in() and ino_out() translate at
+ *      the boundary and nowhere else;  st_ino in attributes stays the
+ *      shoal inode number;
  *  (4) every reply that hands the kernel a node id (entry, create,
  *      readdirplus) carries exactly one libshoal lookup reference per entry;
  *      if the reply cannot be delivered the references are given back at
@@ -19,7 +21,7 @@
  *  (5) no op calls back into libshoal from inside a libshoal callback
  *      (readdirplus collects the names first and looks them up afterwards);
  *  (6) the kernel caches attributes for SMOUNT_TIMEOUT, entries (positive
- *      and negative) for smount_entry_timeout, and file pages across opens
+ *      and negative) for smount_entry_ttl(), and file pages across opens
  *      (keep_cache).  With one node that is correct because everything that
  *      changes the filesystem passes through this kernel mount; in a
  *      cluster, because glock demotion invalidates attributes, pages and
@@ -27,6 +29,7 @@
  *      because names are by default not cached at all (entry_timeout=0).
  */
 #include "names.h"
+#include "nodeids.h"
 #include "smount.h"
 
 #include <errno.h>
@@ -43,7 +46,7 @@
 
 static uint64_t ino_in(struct shoal_fs *fs, fuse_ino_t ino)
 {
-	return ino == FUSE_ROOT_ID ? shoal_root(fs) : (uint64_t)ino;
+	return ino == FUSE_ROOT_ID ? shoal_root(fs) : nid_ino((uint64_t)ino);
 }
 
 static int ino_out(struct shoal_fs *fs, uint64_t ino, fuse_ino_t *out)
@@ -105,7 +108,7 @@ static int fill_entry(struct shoal_fs *fs, const struct stat *st, struct fuse_en
 	e->generation = shoal_generation(fs, (uint64_t)st->st_ino);
 	e->attr = *st;
 	e->attr_timeout = SMOUNT_TIMEOUT;
-	e->entry_timeout = smount_entry_timeout;
+	e->entry_timeout = smount_entry_ttl();
 	return 0;
 }
 
@@ -132,6 +135,38 @@ out_forget:
 	shoal_forget(fs, (uint64_t)st->st_ino, 1);
 out_err:
 	fuse_reply_err(req, -ret);
+}
+
+/*
+ * reply_entry for a request that names what it found or made (lookup,
+ * mkdir): a directory goes out under its current node id, or a new one
+ * if the kernel may have it under another parent (nodeids.c).
+ */
+static void reply_dir_entry(fuse_req_t req, int ret, const struct stat *st, fuse_ino_t parent,
+			    const char *name)
+{
+	struct shoal_fs *fs = FS(req);
+	struct fuse_entry_param e;
+	int fresh;
+
+	if (ret < 0 || !S_ISDIR(st->st_mode)) {
+		reply_entry(req, ret, st);
+		return;
+	}
+	ret = fill_entry(fs, st, &e);
+	if (ret < 0) {
+		shoal_forget(fs, (uint64_t)st->st_ino, 1);
+		fuse_reply_err(req, -ret);
+		return;
+	}
+	if (e.ino != FUSE_ROOT_ID && strcmp(name, ".") && strcmp(name, "..")) {
+		fresh = names_dir_at((uint64_t)st->st_ino, parent, name);
+		e.ino = nid_hand_out((uint64_t)st->st_ino, fresh);
+	}
+	if (fuse_reply_entry(req, &e) != 0) {
+		nid_forget(e.ino, 1);
+		shoal_forget(fs, (uint64_t)st->st_ino, 1);
+	}
 }
 
 static void reply_attr(fuse_req_t req, int ret, const struct stat *st)
@@ -195,11 +230,11 @@ static void op_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
 	if (ret == -ENOENT) {
 		/* A negative entry: the kernel remembers the name is free. */
 		memset(&e, 0, sizeof(e));
-		e.entry_timeout = smount_entry_timeout;
+		e.entry_timeout = smount_entry_ttl();
 		fuse_reply_entry(req, &e);
 		return;
 	}
-	reply_entry(req, ret, &st);
+	reply_dir_entry(req, ret, &st, parent, name);
 }
 
 static void op_forget(fuse_req_t req, fuse_ino_t ino, uint64_t nlookup)
@@ -208,6 +243,7 @@ static void op_forget(fuse_req_t req, fuse_ino_t ino, uint64_t nlookup)
 	struct shoal_fs *fs = FS(req);
 
 	shoal_forget(fs, ino_in(fs, ino), nlookup);
+	nid_forget(ino, nlookup);
 	fuse_reply_none(req);
 }
 
@@ -217,8 +253,10 @@ static void op_forget_multi(fuse_req_t req, size_t count, struct fuse_forget_dat
 	struct shoal_fs *fs = FS(req);
 	size_t i;
 
-	for (i = 0; i < count; i++)
+	for (i = 0; i < count; i++) {
 		shoal_forget(fs, ino_in(fs, forgets[i].ino), forgets[i].nlookup);
+		nid_forget(forgets[i].ino, forgets[i].nlookup);
+	}
 	fuse_reply_none(req);
 }
 
@@ -299,10 +337,12 @@ static void op_mkdir(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t
 	struct shoal_fs *fs = FS(req);
 	struct shoal_ctx ctx;
 	struct stat st;
+	int ret;
 
 	req_ctx(req, &ctx);
 	names_note(parent, name);
-	reply_entry(req, shoal_mkdir(fs, &ctx, ino_in(fs, parent), name, mode, &st), &st);
+	ret = shoal_mkdir(fs, &ctx, ino_in(fs, parent), name, mode, &st);
+	reply_dir_entry(req, ret, &st, parent, name);
 }
 
 static void op_symlink(fuse_req_t req, const char *link, fuse_ino_t parent, const char *name)
@@ -343,9 +383,13 @@ static void op_rmdir(fuse_req_t req, fuse_ino_t parent, const char *name)
 	caller_begin(req);
 	struct shoal_fs *fs = FS(req);
 	struct shoal_ctx ctx;
+	int ret;
 
 	req_ctx(req, &ctx);
-	fuse_reply_err(req, -shoal_rmdir(fs, &ctx, ino_in(fs, parent), name));
+	ret = shoal_rmdir(fs, &ctx, ino_in(fs, parent), name);
+	if (ret == 0)
+		names_dir_gone(parent, name);
+	fuse_reply_err(req, -ret);
 }
 
 static void op_rename(fuse_req_t req, fuse_ino_t parent, const char *name,
@@ -354,14 +398,18 @@ static void op_rename(fuse_req_t req, fuse_ino_t parent, const char *name,
 	caller_begin(req);
 	struct shoal_fs *fs = FS(req);
 	struct shoal_ctx ctx;
+	int ret;
 
 	if (flags & ~(unsigned)(RENAME_NOREPLACE | RENAME_EXCHANGE)) {
 		fuse_reply_err(req, EINVAL); /* RENAME_WHITEOUT: no overlayfs upper */
 		return;
 	}
 	req_ctx(req, &ctx);
-	fuse_reply_err(req, -shoal_rename(fs, &ctx, ino_in(fs, parent), name,
-					  ino_in(fs, newparent), newname, flags));
+	ret = shoal_rename(fs, &ctx, ino_in(fs, parent), name, ino_in(fs, newparent), newname,
+			   flags);
+	if (ret == 0) /* the kernel moves its dentries as this reply arrives */
+		names_dir_moved(parent, name, newparent, newname, !!(flags & RENAME_EXCHANGE));
+	fuse_reply_err(req, -ret);
 }
 
 /* --- files ------------------------------------------------------------ */
@@ -802,8 +850,13 @@ static void op_readdirplus(fuse_req_t req, fuse_ino_t ino, size_t size, off_t of
 		struct stat st;
 
 		memset(&e, 0, sizeof(e));
-		if (is_dot_or_dotdot(re->re_name)) {
-			e.attr = re->re_st; /* st_ino and type: all the kernel uses */
+		if (is_dot_or_dotdot(re->re_name) ||
+		    (S_ISDIR(re->re_st.st_mode) && names_enabled())) {
+			/* st_ino and type: all the kernel uses.  A cluster hands
+			 * out directories by lookup only (dir_handed_out): here
+			 * the kernel may move or keep an old dentry of one, and
+			 * names.c could not know which */
+			e.attr = re->re_st;
 		} else {
 			names_note(ino, re->re_name);
 			ret = shoal_lookup(fs, dir, re->re_name, &st);

@@ -14,10 +14,16 @@
 
 /* How long the kernel may trust attributes and entries (seconds). */
 #define SMOUNT_TIMEOUT 86400.0
-/* How long it may trust names (dentries, positive and negative): with a
- * cluster lock module 0 by default (every path walk asks this node, which
- * answers from its glock cache), else SMOUNT_TIMEOUT; option entry_timeout=. */
+/* How long it may trust names (dentries, positive and negative):
+ * SMOUNT_TIMEOUT, or option entry_timeout=. */
 extern double smount_entry_timeout;
+/* A cluster lock module (set before the session starts). */
+extern int smount_cluster;
+/* The lifetime to give names now: smount_entry_timeout, except in a
+ * cluster whose kernel cannot be told to drop them all at once (main.c
+ * epoch_write): 0, every path walk asks this node, unless entry_timeout=
+ * said otherwise (names are then also invalidated one by one). */
+double smount_entry_ttl(void);
 /* Largest write (and read) request: the kernel then uses 256-page requests. */
 #define SMOUNT_MAX_WRITE (1u << 20)
 /* Writes at least this big are spliced to the device, not copied. */

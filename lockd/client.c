@@ -44,6 +44,7 @@
 #define LKC_HB_RING 16
 #define NS_PER_MS 1000000ull
 #define LKC_SPIN_NS 50000ull /* default of c_spin_ns, see spin_wait */
+#define LKC_BATCH_MAX 16     /* requests of one lkc_lock_many */
 
 enum { LKC_UP, LKC_DOWN };
 
@@ -121,7 +122,7 @@ static int write_all(int fd, const uint8_t *buf, size_t len)
  */
 static int send_all(struct lkc *c, const uint8_t *buf, size_t len)
 {
-	uint8_t both[LKP_HDR + LKP_HDR + LKP_LOCK_LEN];
+	uint8_t both[LKP_HDR + LKC_BATCH_MAX * (LKP_HDR + LKP_LOCK_LEN)];
 	uint32_t hb;
 	int rc;
 
@@ -203,68 +204,98 @@ out:
 	__atomic_store_n(&c->c_spinning, 0, __ATOMIC_RELEASE);
 }
 
+/*
+ * Send n request frames (frames: n of flen bytes each, back to back) in one
+ * write and wait for every reply; rqs[i] is frame i's request (rq_lvb set
+ * by the caller).  lockd answers them in the order sent (PROTOCOL.md), so
+ * the last reply is the one to poll for.  timeout_ns 0: forever; else the
+ * requests still unanswered then fail with -ETIMEDOUT.  Returns 0 (each
+ * result in rq_result) or -ENOTCONN when the connection is gone.
+ */
+static int request_many(struct lkc *c, uint8_t *frames, size_t flen, struct lkc_req *rqs,
+			size_t n, uint64_t timeout_ns)
+{
+	uint64_t t0;
+	int rc;
+
+	for (size_t i = 0; i < n; i++) {
+		if (timeout_ns) {
+			pthread_condattr_t ca;
+			pthread_condattr_init(&ca);
+			pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+			pthread_cond_init(&rqs[i].rq_cond, &ca);
+			pthread_condattr_destroy(&ca);
+		} else {
+			pthread_cond_init(&rqs[i].rq_cond, NULL);
+		}
+	}
+	pthread_mutex_lock(&c->c_lock);
+	if (c->c_state != LKC_UP) {
+		pthread_mutex_unlock(&c->c_lock);
+		for (size_t i = 0; i < n; i++)
+			pthread_cond_destroy(&rqs[i].rq_cond);
+		return -ENOTCONN;
+	}
+	for (size_t i = 0; i < n; i++) {
+		struct lkc_req *rq = &rqs[i];
+		rq->rq_seq = ++c->c_seq ? c->c_seq : ++c->c_seq; /* seq 0 is for unsolicited frames */
+		lkp_put32(frames + i * flen + 8, rq->rq_seq);
+		rq->rq_done = 0;
+		rq->rq_next = c->c_reqs;
+		c->c_reqs = rq; /* cppcheck-suppress autoVariables ; taken off before return */
+	}
+	c->c_stats.requests += n;
+	pthread_mutex_unlock(&c->c_lock);
+
+	t0 = lkp_now_ns();
+	rc = send_all(c, frames, n * flen);
+	if (!rc && !timeout_ns)
+		spin_wait(c, &rqs[n - 1]);
+	pthread_mutex_lock(&c->c_lock);
+	for (size_t i = 0; i < n; i++) {
+		struct lkc_req *rq = &rqs[i];
+		if (rc && !rq->rq_done) {
+			req_take(c, rq->rq_seq);
+			rq->rq_done = 1;
+			rq->rq_result = rc;
+		}
+		if (timeout_ns) {
+			struct timespec ts;
+			timespec_at(&ts, t0 + timeout_ns);
+			while (!rq->rq_done)
+				if (pthread_cond_timedwait(&rq->rq_cond, &c->c_lock, &ts) == ETIMEDOUT)
+					break;
+			if (!rq->rq_done) {
+				req_take(c, rq->rq_seq);
+				rq->rq_done = 1;
+				rq->rq_result = -ETIMEDOUT;
+			}
+		} else {
+			while (!rq->rq_done)
+				pthread_cond_wait(&rq->rq_cond, &c->c_lock);
+		}
+		if (rq->rq_result >= 0) {
+			uint64_t rtt = lkp_now_ns() - t0;
+			c->c_stats.rtt_ns_total += rtt;
+			if (rtt > c->c_stats.rtt_ns_max)
+				c->c_stats.rtt_ns_max = rtt;
+		}
+	}
+	pthread_mutex_unlock(&c->c_lock);
+	for (size_t i = 0; i < n; i++)
+		pthread_cond_destroy(&rqs[i].rq_cond);
+	return 0;
+}
+
 /* Send a request frame and wait for its reply; timeout_ns 0: forever. */
 static int request(struct lkc *c, uint8_t *frame, size_t len, uint8_t *lvb, uint32_t *flags_out,
 		   uint64_t timeout_ns)
 {
 	struct lkc_req rq = { .rq_lvb = lvb };
-	uint64_t t0;
-	int rc;
+	int rc = request_many(c, frame, len, &rq, 1, timeout_ns);
 
-	if (timeout_ns) {
-		pthread_condattr_t ca;
-		pthread_condattr_init(&ca);
-		pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
-		pthread_cond_init(&rq.rq_cond, &ca);
-		pthread_condattr_destroy(&ca);
-	} else {
-		pthread_cond_init(&rq.rq_cond, NULL);
-	}
-	pthread_mutex_lock(&c->c_lock);
-	if (c->c_state != LKC_UP) {
-		pthread_mutex_unlock(&c->c_lock);
-		pthread_cond_destroy(&rq.rq_cond);
-		return -ENOTCONN;
-	}
-	rq.rq_seq = ++c->c_seq ? c->c_seq : ++c->c_seq; /* seq 0 is for unsolicited frames */
-	lkp_put32(frame + 8, rq.rq_seq);
-	rq.rq_next = c->c_reqs;
-	c->c_reqs = &rq; /* cppcheck-suppress autoVariables ; taken off before return */
-	c->c_stats.requests++;
-	pthread_mutex_unlock(&c->c_lock);
-
-	t0 = lkp_now_ns();
-	rc = send_all(c, frame, len);
-	if (!rc && !timeout_ns)
-		spin_wait(c, &rq);
-	pthread_mutex_lock(&c->c_lock);
-	if (rc && !rq.rq_done) {
-		req_take(c, rq.rq_seq);
-		rq.rq_done = 1;
-		rq.rq_result = rc;
-	}
-	if (timeout_ns) {
-		struct timespec ts;
-		timespec_at(&ts, t0 + timeout_ns);
-		while (!rq.rq_done)
-			if (pthread_cond_timedwait(&rq.rq_cond, &c->c_lock, &ts) == ETIMEDOUT)
-				break;
-		if (!rq.rq_done) {
-			req_take(c, rq.rq_seq);
-			rq.rq_result = -ETIMEDOUT;
-		}
-	} else {
-		while (!rq.rq_done)
-			pthread_cond_wait(&rq.rq_cond, &c->c_lock);
-	}
-	if (rq.rq_result >= 0) {
-		uint64_t rtt = lkp_now_ns() - t0;
-		c->c_stats.rtt_ns_total += rtt;
-		if (rtt > c->c_stats.rtt_ns_max)
-			c->c_stats.rtt_ns_max = rtt;
-	}
-	pthread_mutex_unlock(&c->c_lock);
-	pthread_cond_destroy(&rq.rq_cond);
+	if (rc)
+		return rc;
 	if (flags_out)
 		*flags_out = rq.rq_flags;
 	return rq.rq_result;
@@ -305,6 +336,45 @@ int lkc_lock(struct lkc *c, uint32_t type, uint64_t number, int mode, int flags,
 		c->c_stats.tries_failed++;
 	pthread_mutex_unlock(&c->c_lock);
 	return rc;
+}
+
+int lkc_lock_many(struct lkc *c, struct lkc_lockreq *reqs, size_t n)
+{
+	uint8_t f[LKC_BATCH_MAX][LKP_HDR + LKP_LOCK_LEN];
+	struct lkc_req rq[LKC_BATCH_MAX];
+	int rc;
+
+	if (n > LKC_BATCH_MAX)
+		return -EINVAL;
+	for (size_t i = 0; i < n; i++) {
+		const struct lkc_lockreq *r = &reqs[i];
+		if (r->lr_mode < LK_NL || r->lr_mode > LK_EX || (r->lr_flags & ~(LKF_TRY | LKF_TRY_1CB)))
+			return -EINVAL;
+		for (size_t k = 0; k < i; k++)
+			if (reqs[k].lr_type == r->lr_type && reqs[k].lr_number == r->lr_number)
+				return -EINVAL; /* one request in flight per resource */
+	}
+	if (!n)
+		return 0;
+	memset(rq, 0, sizeof(rq));
+	for (size_t i = 0; i < n; i++) {
+		struct lkc_lockreq *r = &reqs[i];
+		lock_frame(f[i], LKP_LOCK, r->lr_type, r->lr_number, r->lr_mode, (uint32_t)r->lr_flags,
+			   r->lr_lvb);
+		rq[i].rq_lvb = r->lr_lvb;
+	}
+	rc = request_many(c, &f[0][0], sizeof(f[0]), rq, n, 0);
+	pthread_mutex_lock(&c->c_lock);
+	for (size_t i = 0; i < n; i++) {
+		reqs[i].lr_result = rc ? rc : rq[i].rq_result;
+		reqs[i].lr_flags_out = rc ? 0 : rq[i].rq_flags;
+		if (reqs[i].lr_result >= 0)
+			c->c_stats.grants++;
+		else if (reqs[i].lr_result == -EAGAIN)
+			c->c_stats.tries_failed++;
+	}
+	pthread_mutex_unlock(&c->c_lock);
+	return 0;
 }
 
 int lkc_unlock(struct lkc *c, uint32_t type, uint64_t number, const uint8_t *lvb)

@@ -54,7 +54,7 @@ static void usage(FILE *out)
 		"            reads/writes/bytes/flushes, journal commits, writeback,\n"
 		"            fsyncs, buffer cache, lock requests, corrupt blocks;\n"
 		"            then \"readonly 0|1\" and \"error TEXT\" if it failed\n"
-		"  status    device, mountpoint, node, lock, options, pid, log\n"
+		"  status    device, mountpoint, node, lock, options, entry_timeout, pid, log\n"
 		"  glocks [FILTER]\n"
 		"            every glock the node caches, with its holders and waiters\n"
 		"  glstats [FILTER]\n"

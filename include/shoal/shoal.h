@@ -42,6 +42,13 @@ struct shoal_mount_opts {
 	 * called from a thread that serves no request, before the glock is
 	 * released; NULL: nothing caches outside libshoal. */
 	void (*mo_inval)(void *arg, uint64_t ino);
+	/* ino's glock is leaving the node and no operation can use it any
+	 * more: no attribute of ino the kernel has, and for a directory (isdir
+	 * 1, or -1: not known) no name in it, may be used again without asking
+	 * libshoal.  Called under libshoal's locks, possibly from a thread
+	 * serving a request: must only tell the kernel what takes no kernel
+	 * lock, and never from this thread.  NULL: nothing to tell. */
+	void (*mo_inval_now)(void *arg, uint64_t ino, int isdir);
 	void *mo_inval_arg;
 };
 

@@ -782,6 +782,123 @@ static void test_lvb(void **state)
 	lockd_stop(d);
 }
 
+/* lkc_lock_many in a thread of its own */
+struct pmany {
+	pthread_t th;
+	struct lkc *c;
+	struct lkc_lockreq r[16];
+	size_t n;
+	int rc, done;
+	pthread_mutex_t mu;
+};
+
+static void *pmany_run(void *arg)
+{
+	struct pmany *p = arg;
+	int rc = lkc_lock_many(p->c, p->r, p->n);
+
+	pthread_mutex_lock(&p->mu);
+	p->rc = rc;
+	p->done = 1;
+	pthread_mutex_unlock(&p->mu);
+	return NULL;
+}
+
+static int pmany_done(struct pmany *p)
+{
+	int d;
+
+	pthread_mutex_lock(&p->mu);
+	d = p->done;
+	pthread_mutex_unlock(&p->mu);
+	return d;
+}
+
+static void test_lock_many(void **state)
+{
+	struct lockd *d = server_start(5000);
+	struct tnode a, b;
+	uint8_t v[32], w[32];
+	struct lkc_lockreq r[17];
+	struct pmany pm = { 0 };
+
+	(void)state;
+	tnode_join(&a, "a");
+	tnode_join(&b, "b");
+
+	/* answered each on its own: a failed try, a grant, an LVB read */
+	assert_int_equal(lkc_lock(a.c, 2, 100, LK_EX, 0, NULL, NULL), LK_EX);
+	memset(v, 0, sizeof(v));
+	assert_int_equal(lkc_lock(a.c, 3, 100, LK_EX, 0, v, NULL), LK_EX);
+	assert_int_equal(lkc_lock(b.c, 3, 100, LK_NL, 0, NULL, NULL), LK_NL); /* keeps the LVB */
+	memcpy(v, "many", 5);
+	lkc_unlock(a.c, 3, 100, v);
+	memset(w, 0, sizeof(w));
+	memset(r, 0, sizeof(r));
+	r[0] = (struct lkc_lockreq){ .lr_type = 2, .lr_number = 100, .lr_mode = LK_PR, .lr_flags = LKF_TRY };
+	r[1] = (struct lkc_lockreq){ .lr_type = 5, .lr_number = 100, .lr_mode = LK_EX, .lr_flags = LKF_TRY };
+	r[2] = (struct lkc_lockreq){ .lr_type = 3, .lr_number = 100, .lr_mode = LK_PR, .lr_lvb = w };
+	assert_int_equal(lkc_lock_many(b.c, r, 3), 0);
+	assert_int_equal(r[0].lr_result, -EAGAIN);
+	assert_int_equal(r[1].lr_result, LK_EX);
+	assert_int_equal(r[2].lr_result, LK_PR);
+	assert_int_equal(r[2].lr_flags_out, 0);
+	assert_memory_equal(w, "many", 5);
+	/* a try sends no BAST */
+	assert_int_equal(basts_after(&a, 50), 0);
+
+	/* one that waits: the call returns when every one is answered, and
+	 * the holder in the way got its BAST */
+	pm.c = b.c;
+	pm.n = 2;
+	pm.r[0] = (struct lkc_lockreq){ .lr_type = 2, .lr_number = 101, .lr_mode = LK_EX };
+	pm.r[1] = (struct lkc_lockreq){ .lr_type = 2, .lr_number = 100, .lr_mode = LK_EX };
+	pthread_mutex_init(&pm.mu, NULL);
+	assert_int_equal(pthread_create(&pm.th, NULL, pmany_run, &pm), 0);
+	wait_basts(&a, 1);
+	pthread_mutex_lock(&a.mu);
+	assert_int_equal(a.bast[0].type, 2);
+	assert_int_equal(a.bast[0].number, 100);
+	assert_int_equal(a.bast[0].wanted, LK_EX);
+	pthread_mutex_unlock(&a.mu);
+	sleep_ms(50);
+	assert_false(pmany_done(&pm));
+	lkc_unlock(a.c, 2, 100, NULL);
+	pthread_join(pm.th, NULL);
+	assert_int_equal(pm.rc, 0);
+	assert_int_equal(pm.r[0].lr_result, LK_EX);
+	assert_int_equal(pm.r[1].lr_result, LK_EX);
+	/* what b holds is what the batch said */
+	assert_int_equal(lkc_lock(a.c, 2, 101, LK_PR, LKF_TRY, NULL, NULL), -EAGAIN);
+	assert_int_equal(lkc_lock(a.c, 5, 100, LK_PR, LKF_TRY, NULL, NULL), -EAGAIN);
+
+	/* refused before anything is sent */
+	memset(r, 0, sizeof(r));
+	for (int i = 0; i < 17; i++)
+		r[i] = (struct lkc_lockreq){ .lr_type = 2, .lr_number = 200 + (uint64_t)i, .lr_mode = LK_PR };
+	assert_int_equal(lkc_lock_many(b.c, r, 17), -EINVAL);
+	r[1].lr_number = 200; /* the same resource twice */
+	assert_int_equal(lkc_lock_many(b.c, r, 2), -EINVAL);
+	r[1].lr_number = 201;
+	r[1].lr_mode = 6;
+	assert_int_equal(lkc_lock_many(b.c, r, 2), -EINVAL);
+	assert_int_equal(lkc_lock(a.c, 2, 200, LK_EX, LKF_TRY, NULL, NULL), LK_EX); /* nothing sent */
+	assert_int_equal(lkc_lock_many(b.c, r, 0), 0);
+
+	/* after the connection is gone, every one fails */
+	lockd_stop(d);
+	r[1].lr_mode = LK_PR;
+	r[0].lr_number = 300;
+	r[1].lr_number = 301;
+	while (fenced_of(&b, NULL) == 0)
+		sleep_ms(5);
+	assert_int_equal(lkc_lock_many(b.c, r, 2), 0);
+	assert_int_equal(r[0].lr_result, -ENOTCONN);
+	assert_int_equal(r[1].lr_result, -ENOTCONN);
+	tnode_close(&a);
+	tnode_close(&b);
+}
+
 static void write_file(const char *path, const char *s)
 {
 	FILE *f = fopen(path, "w");
@@ -1406,6 +1523,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_queues, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_basts, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_lvb, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_lock_many, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_join_refusals, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_rejoin_jid, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_death_recovery, setup, teardown),
