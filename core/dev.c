@@ -186,7 +186,15 @@ int dev_read(struct shoal_dev *dev, void *buf, size_t len, uint64_t off)
 	return dev->d_ops->pread(dev, buf, len, off);
 }
 
-int dev_write(struct shoal_dev *dev, const void *buf, size_t len, uint64_t off)
+static void account_write(struct shoal_dev *dev, uint64_t len)
+{
+	stat_add(&dev->d_stats.ds_writes, 1);
+	stat_add(&dev->d_stats.ds_write_bytes, len);
+	__atomic_fetch_add(&dev->d_write_gen, 1, __ATOMIC_SEQ_CST);
+}
+
+/* Every write's checks and counters, before it is issued. */
+static int write_begin(struct shoal_dev *dev, size_t len, uint64_t off)
 {
 	if (dev->d_readonly)
 		return -EROFS;
@@ -194,25 +202,28 @@ int dev_write(struct shoal_dev *dev, const void *buf, size_t len, uint64_t off)
 		return -EIO;
 	if (off + len > dev->d_size || off + len < off)
 		return -EIO;
-	stat_add(&dev->d_stats.ds_writes, 1);
-	stat_add(&dev->d_stats.ds_write_bytes, len);
-	__atomic_fetch_add(&dev->d_write_gen, 1, __ATOMIC_SEQ_CST);
-	return dev->d_ops->pwrite(dev, buf, len, off);
+	account_write(dev, len);
+	return 0;
+}
+
+int dev_write(struct shoal_dev *dev, const void *buf, size_t len, uint64_t off)
+{
+	int err = write_begin(dev, len, off);
+	return err ? err : dev->d_ops->pwrite(dev, buf, len, off);
 }
 
 int dev_write_small(struct shoal_dev *dev, const void *buf, size_t len, uint64_t off)
 {
-	int err;
+	int err = write_begin(dev, len, off);
 
-	if (dev->d_ops != &dev_file_ops || dev->d_dfd < 0 || dev->d_readonly ||
-	    __atomic_load_n(&dev->d_fenced, __ATOMIC_SEQ_CST) || off + len > dev->d_size ||
-	    off + len < off)
-		return dev_write(dev, buf, len, off);
-	stat_add(&dev->d_stats.ds_writes, 1);
-	stat_add(&dev->d_stats.ds_write_bytes, len);
-	__atomic_fetch_add(&dev->d_write_gen, 1, __ATOMIC_SEQ_CST);
-	err = file_pwrite_direct(dev, buf, len, off);
-	return err == -EINVAL ? dev->d_ops->pwrite(dev, buf, len, off) : err;
+	if (err)
+		return err;
+	if (dev->d_ops == &dev_file_ops && dev->d_dfd >= 0) {
+		err = file_pwrite_direct(dev, buf, len, off);
+		if (err != -EINVAL)
+			return err;
+	}
+	return dev->d_ops->pwrite(dev, buf, len, off); /* no O_DIRECT here */
 }
 
 int dev_flush(struct shoal_dev *dev)
@@ -268,9 +279,7 @@ void dev_fence(struct shoal_dev *dev)
 void dev_account(struct shoal_dev *dev, int write, uint64_t bytes)
 {
 	if (write) {
-		stat_add(&dev->d_stats.ds_writes, 1);
-		stat_add(&dev->d_stats.ds_write_bytes, bytes);
-		__atomic_fetch_add(&dev->d_write_gen, 1, __ATOMIC_SEQ_CST);
+		account_write(dev, bytes);
 	} else {
 		stat_add(&dev->d_stats.ds_reads, 1);
 		stat_add(&dev->d_stats.ds_read_bytes, bytes);

@@ -21,9 +21,9 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "internal.h"
+#include "lock.h"
 
 static void note_data_write(struct shoal_fs *fs, struct shoal_inode *ip)
 {
@@ -257,12 +257,9 @@ static ssize_t write_src(struct shoal_fs *fs, struct shoal_inode *ip, const stru
 ssize_t file_write(struct shoal_fs *fs, struct shoal_inode *ip, const void *buf, size_t size,
 		   uint64_t off)
 {
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
-	uint64_t now = (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 	struct wsrc src = {.ws_mem = buf,
 			   .ws_small = size < fs->fs_bsize && ip->i_fsync_ns &&
-				       now - ip->i_fsync_ns < SYNC_RECENT_NS};
+				       gl_now_ns() - ip->i_fsync_ns < SYNC_RECENT_NS};
 	return write_src(fs, ip, &src, size, off);
 }
 

@@ -613,6 +613,37 @@ static int op_need(struct op_ctx *op, uint32_t type, uint64_t number, int state)
 	return -ERESTART;
 }
 
+/*
+ * The start of every hold: 1 if the operation (inop) holds the glock in
+ * state already; 0 with gt_mutex held and *glp the glock; else -errno.
+ */
+static int hold_find(struct shoal_fs *fs, struct op_ctx *op, int inop, uint32_t type,
+		     uint64_t number, int state, struct glock **glp)
+{
+	struct gl_table *gt = fs->fs_gl;
+
+	if (__atomic_load_n(&fs->fs_dev->d_fenced, __ATOMIC_RELAXED))
+		return -EIO; /* fenced: no lock this node holds is valid any more */
+	if (inop && op_holds(op, type, number, state))
+		return 1;
+	pthread_mutex_lock(&gt->gt_mutex);
+	*glp = gl_find(gt, type, number, 1);
+	if (!*glp) {
+		pthread_mutex_unlock(&gt->gt_mutex);
+		return -ENOMEM;
+	}
+	(*glp)->gl_qcnt++;
+	return 0;
+}
+
+/* gt_mutex held, op->nheld < OP_MAX: the operation holds gl in state */
+static void hold_add(struct op_ctx *op, struct glock *gl, int state, uint32_t ghf)
+{
+	struct gl_holder *gh = &op->held[op->nheld++];
+	gh_init(gh, state, ghf);
+	grant_hold(gl, gh);
+}
+
 /* gl_hold; may_try 0: no try-lock, a glock not held as wanted is needed */
 static int hold_one(struct shoal_fs *fs, uint32_t type, uint64_t number, int state, int may_try)
 {
@@ -620,18 +651,10 @@ static int hold_one(struct shoal_fs *fs, uint32_t type, uint64_t number, int sta
 	struct op_ctx *op = &op_cur;
 	int inop = op->depth > 0 && op->fs == fs;
 	struct glock *gl;
+	int found = hold_find(fs, op, inop, type, number, state, &gl);
 
-	if (__atomic_load_n(&fs->fs_dev->d_fenced, __ATOMIC_RELAXED))
-		return -EIO; /* fenced: no lock this node holds is valid any more */
-	if (inop && op_holds(op, type, number, state))
-		return 0;
-	pthread_mutex_lock(&gt->gt_mutex);
-	gl = gl_find(gt, type, number, 1);
-	if (!gl) {
-		pthread_mutex_unlock(&gt->gt_mutex);
-		return -ENOMEM;
-	}
-	gl->gl_qcnt++;
+	if (found)
+		return found < 0 ? found : 0;
 	if (may_try && !(gl->gl_flags & (GLF_INFLIGHT | GLF_DEMOTING)) && gl->gl_state < state &&
 	    (gl->gl_state == GL_UN || !gt->gt_lm->lm_cluster)) {
 		/* a try-lock never waits for another node: fine under fs_lock */
@@ -644,13 +667,10 @@ static int hold_one(struct shoal_fs *fs, uint32_t type, uint64_t number, int sta
 	if (!(gl->gl_flags & (GLF_INFLIGHT | GLF_DEMOTING)) && gl->gl_state >= state) {
 		/* kept until the operation ends; with the list full, fs_lock
 		 * alone keeps it (the worker needs fs_lock to demote) */
-		if (inop && op->nheld < OP_MAX) {
-			struct gl_holder *gh = &op->held[op->nheld++];
-			gh_init(gh, state, GHF_OP);
-			grant_hold(gl, gh);
-		} else {
+		if (inop && op->nheld < OP_MAX)
+			hold_add(op, gl, state, GHF_OP);
+		else
 			gl->gl_use++;
-		}
 		pthread_mutex_unlock(&gt->gt_mutex);
 		return 0;
 	}
@@ -670,21 +690,13 @@ int gl_try_hold(struct shoal_fs *fs, uint32_t type, uint64_t number, int state)
 	struct gl_table *gt = fs->fs_gl;
 	struct op_ctx *op = &op_cur;
 	struct glock *gl;
-	int err = -EAGAIN;
+	int err = -EAGAIN, found;
 
-	if (__atomic_load_n(&fs->fs_dev->d_fenced, __ATOMIC_RELAXED))
-		return -EIO;
 	if (op->depth == 0 || op->fs != fs)
 		return -EINVAL; /* the hold lasts until the operation ends */
-	if (op_holds(op, type, number, state))
-		return 0;
-	pthread_mutex_lock(&gt->gt_mutex);
-	gl = gl_find(gt, type, number, 1);
-	if (!gl) {
-		pthread_mutex_unlock(&gt->gt_mutex);
-		return -ENOMEM;
-	}
-	gl->gl_qcnt++;
+	found = hold_find(fs, op, 1, type, number, state, &gl);
+	if (found)
+		return found < 0 ? found : 0;
 	if (!(gl->gl_flags & (GLF_INFLIGHT | GLF_DEMOTING)) && gl->gl_state < state) {
 		/* a try sends no callback and never waits: fine under fs_lock */
 		int got = lm_request(fs, gl, state, GL_TRY);
@@ -695,9 +707,7 @@ int gl_try_hold(struct shoal_fs *fs, uint32_t type, uint64_t number, int state)
 	}
 	if (!(gl->gl_flags & (GLF_INFLIGHT | GLF_DEMOTING)) && gl->gl_state >= state &&
 	    op->nheld < OP_MAX) {
-		struct gl_holder *gh = &op->held[op->nheld++];
-		gh_init(gh, state, GHF_OP | GHF_TRY);
-		grant_hold(gl, gh);
+		hold_add(op, gl, state, GHF_OP | GHF_TRY);
 		err = 0;
 	}
 	pthread_mutex_unlock(&gt->gt_mutex);

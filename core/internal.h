@@ -216,9 +216,10 @@ uint32_t trans_rg_blocks(struct shoal_fs *fs);
 /* Add a buffer to the running transaction before changing it. */
 void trans_add(struct shoal_fs *fs, struct shoal_buf *b);
 int jnl_commit(struct shoal_fs *fs);
-/* Make the running transaction durable with one log block and one flush,
- * without committing it (journal.c (6)); -EAGAIN: it needs jnl_commit. */
-int jnl_fast_commit(struct shoal_fs *fs);
+/* Make everything the running transaction holds durable (fsync): nothing
+ * if it is already, one fast-commit block and one flush when it holds only
+ * dinodes (journal.c (6)), else a commit. */
+int jnl_sync(struct shoal_fs *fs);
 int jnl_checkpoint(struct shoal_fs *fs);
 int jnl_mark_clean(struct shoal_fs *fs, int clean);
 void jnl_release(struct shoal_fs *fs);

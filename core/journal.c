@@ -528,7 +528,7 @@ static int fc_add_ranges(struct shoal_fs *fs, uint8_t *blk, const struct shoal_b
 	return 0;
 }
 
-int jnl_fast_commit(struct shoal_fs *fs)
+static int jnl_fast_commit(struct shoal_fs *fs)
 {
 	struct shoal_journal *j = &fs->fs_j;
 	uint32_t need = j->j_tcount + desc_count(fs, j->j_tcount) + 1;
@@ -581,6 +581,17 @@ int jnl_durable(struct shoal_fs *fs, uint64_t seq, uint64_t mod)
 	struct shoal_journal *j = &fs->fs_j;
 
 	return !j->j_tcount || seq < j->j_seq || mod <= j->j_fc_mod;
+}
+
+int jnl_sync(struct shoal_fs *fs)
+{
+	struct shoal_journal *j = &fs->fs_j;
+	int err;
+
+	if (jnl_durable(fs, j->j_seq, j->j_mod))
+		return 0; /* nothing, or fast-committed already */
+	err = jnl_fast_commit(fs);
+	return err == -EAGAIN ? jnl_commit(fs) : err;
 }
 
 static int cmp_blkno(const void *a, const void *b)

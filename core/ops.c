@@ -1280,11 +1280,7 @@ int shoal_fsync(struct shoal_fs *fs, uint64_t ino, int datasync)
 	if (err)
 		goto out;
 	fs->fs_ctr.sc_fsyncs++;
-	{
-		struct timespec ts;
-		clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
-		ip->i_fsync_ns = (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-	}
+	ip->i_fsync_ns = gl_now_ns();
 	if (fs->fs_aborted) {
 		err = -EIO; /* the journal failed: what it held is lost */
 		goto out_put;
@@ -1299,14 +1295,10 @@ int shoal_fsync(struct shoal_fs *fs, uint64_t ino, int datasync)
 		 * the running transaction holds (this inode's timestamps
 		 * included, which fdatasync alone need not write) rides on the
 		 * same flush, so the fsync that usually follows an fdatasync
-		 * finds nothing left to do.  A transaction of dinodes only goes
-		 * out as one fast-commit block; anything else is committed.
+		 * finds nothing left to do.
 		 */
-		if (fs->fs_j.j_tcount && !fs->fs_ro && !jnl_durable(fs, fs->fs_j.j_seq, fs->fs_j.j_mod)) {
-			err = jnl_fast_commit(fs); /* its flush covers data written before */
-			if (err == -EAGAIN)
-				err = jnl_commit(fs);
-		}
+		if (!fs->fs_ro)
+			err = jnl_sync(fs); /* its flush covers data written before */
 		if (!err && ip->i_data_gen > __atomic_load_n(&fs->fs_dev->d_flush_gen, __ATOMIC_SEQ_CST))
 			err = dev_flush(fs->fs_dev);
 	} else {

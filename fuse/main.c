@@ -561,25 +561,43 @@ static int lock_device(struct smount *sm, struct shoal_dev *dev)
 /* node ids of one inode told at once: its own and its newest incarnations */
 #define INVAL_IDS 8
 
+/*
+ * One job: the node ids of one inode, told on a thread of a queue's own,
+ * the caller waiting at most ij_wait_ms; a job the caller gave up on is
+ * freed by the thread.  IJ_CACHES: names and pages (may block on a kernel
+ * lock); IJ_NOW: attributes only and, for a directory, the epoch (never
+ * block).  inval_lock guards the queues and the jobs on them.
+ */
+enum { IJ_CACHES, IJ_NOW };
+
 struct inval_job {
+	int ij_kind;
+	int ij_epoch; /* IJ_NOW: the inode is a directory and the epoch works */
 	fuse_ino_t ij_ids[INVAL_IDS];
 	size_t ij_nids;
 	int ij_done, ij_abandoned;
 	struct inval_job *ij_next;
 };
 
-static struct {
-	pthread_cond_t work, done;
-	struct inval_job *head, **tail;
-	struct smount *sm;
-	int started, stop;
-	pthread_t threads[INVAL_THREADS];
-} iq = {PTHREAD_COND_INITIALIZER, PTHREAD_COND_INITIALIZER, NULL, &iq.head, NULL, 0, 0, {0}};
+struct inval_queue {
+	pthread_cond_t iq_work, iq_done;
+	struct inval_job *iq_head, **iq_tail;
+	int iq_started, iq_stop;
+	pthread_t iq_threads[INVAL_THREADS];
+};
+
+static struct inval_queue iq = {PTHREAD_COND_INITIALIZER, PTHREAD_COND_INITIALIZER, NULL,
+				&iq.iq_head, 0, 0, {0}}; /* IJ_CACHES, INVAL_THREADS threads */
+static struct inval_queue nq = {PTHREAD_COND_INITIALIZER, PTHREAD_COND_INITIALIZER, NULL,
+				&nq.iq_head, 0, 0, {0}}; /* IJ_NOW, one thread */
+static struct smount *inval_sm; /* inval_lock */
+
+static int epoch_write(struct fuse_session *se);
 
 /* inval_lock held; releases it meanwhile */
-static void inval_now(struct smount *sm, const struct inval_job *j)
+static void inval_run(struct smount *sm, const struct inval_job *j)
 {
-	struct fuse_session *se = sm->sm_se;
+	struct fuse_session *se = sm->sm_se; /* stays until inval_stop joined us */
 	char **names;
 	size_t n;
 
@@ -588,6 +606,10 @@ static void inval_now(struct smount *sm, const struct inval_job *j)
 	pthread_mutex_unlock(&inval_lock);
 	for (size_t k = 0; k < j->ij_nids; k++) {
 		fuse_ino_t fino = j->ij_ids[k];
+		if (j->ij_kind == IJ_NOW) {
+			fuse_lowlevel_notify_inval_inode(se, fino, -1, 0);
+			continue;
+		}
 		n = names_take(fino, &names);
 		for (size_t i = 0; i < n; i++) {
 			fuse_lowlevel_notify_inval_entry(se, fino, names[i], strlen(names[i]));
@@ -596,42 +618,50 @@ static void inval_now(struct smount *sm, const struct inval_job *j)
 		free(names);
 		fuse_lowlevel_notify_inval_inode(se, fino, 0, 0);
 	}
+	if (j->ij_epoch)
+		epoch_write(se);
 	pthread_mutex_lock(&inval_lock);
 }
 
 static void *inval_thread(void *arg)
 {
+	struct inval_queue *q = arg;
+
 	pthread_mutex_lock(&inval_lock);
 	for (;;) {
 		struct inval_job *j;
-		while (!iq.head && !iq.stop)
-			pthread_cond_wait(&iq.work, &inval_lock);
-		if (!iq.head)
+		while (!q->iq_head && !q->iq_stop)
+			pthread_cond_wait(&q->iq_work, &inval_lock);
+		if (!q->iq_head)
 			break;
-		j = iq.head;
-		iq.head = j->ij_next;
-		if (!iq.head)
-			iq.tail = &iq.head;
-		inval_now(iq.sm, j);
+		j = q->iq_head;
+		q->iq_head = j->ij_next;
+		if (!q->iq_head)
+			q->iq_tail = &q->iq_head;
+		inval_run(inval_sm, j);
 		if (j->ij_abandoned) {
 			free(j);
 		} else {
 			j->ij_done = 1;
-			pthread_cond_broadcast(&iq.done);
+			pthread_cond_broadcast(&q->iq_done);
 		}
 	}
 	pthread_mutex_unlock(&inval_lock);
-	return arg;
+	return NULL;
 }
 
-static void smount_inval(void *arg, uint64_t ino)
+/* Tell the kernel about ino (its node ids) on q's threads, waiting at most
+ * wait_ms for them. */
+static void inval_submit(struct smount *sm, struct inval_queue *q, int kind, uint64_t ino,
+			 int epoch, long wait_ms)
 {
-	struct smount *sm = arg;
 	struct inval_job *j = calloc(1, sizeof(*j));
 	struct timespec ts;
 
 	if (!j)
 		return;
+	j->ij_kind = kind;
+	j->ij_epoch = epoch;
 	if (ino == shoal_root(sm->sm_fs)) {
 		j->ij_ids[j->ij_nids++] = FUSE_ROOT_ID;
 	} else {
@@ -642,26 +672,31 @@ static void smount_inval(void *arg, uint64_t ino)
 			j->ij_ids[j->ij_nids++] = (fuse_ino_t)ids[i];
 	}
 	clock_gettime(CLOCK_REALTIME, &ts);
-	ts.tv_nsec += INVAL_WAIT_MS * 1000000L;
+	ts.tv_nsec += wait_ms * 1000000L;
 	ts.tv_sec += ts.tv_nsec / 1000000000L;
 	ts.tv_nsec %= 1000000000L;
 	pthread_mutex_lock(&inval_lock);
-	if (!iq.started || iq.stop || !sm->sm_se) {
+	if (!q->iq_started || q->iq_stop || !sm->sm_se) {
 		pthread_mutex_unlock(&inval_lock);
 		free(j);
 		return;
 	}
-	*iq.tail = j;
-	iq.tail = &j->ij_next;
-	pthread_cond_signal(&iq.work);
+	*q->iq_tail = j;
+	q->iq_tail = &j->ij_next;
+	pthread_cond_signal(&q->iq_work);
 	while (!j->ij_done)
-		if (pthread_cond_timedwait(&iq.done, &inval_lock, &ts))
+		if (pthread_cond_timedwait(&q->iq_done, &inval_lock, &ts))
 			break;
 	if (j->ij_done)
 		free(j);
 	else
 		j->ij_abandoned = 1; /* the thread frees it */
 	pthread_mutex_unlock(&inval_lock);
+}
+
+static void smount_inval(void *arg, uint64_t ino)
+{
+	inval_submit(arg, &iq, IJ_CACHES, ino, 0, INVAL_WAIT_MS);
 }
 
 /*
@@ -718,97 +753,10 @@ static void epoch_probe(struct smount *sm)
  */
 #define NOW_WAIT_MS 1000
 
-struct now_job {
-	fuse_ino_t nj_ids[INVAL_IDS];
-	size_t nj_nids;
-	int nj_epoch;
-	int nj_done, nj_abandoned;
-	struct now_job *nj_next;
-};
-
-static struct {
-	pthread_cond_t work, done;
-	struct now_job *head, **tail;
-	pthread_t thread;
-	int started, stop;
-} nq = {PTHREAD_COND_INITIALIZER, PTHREAD_COND_INITIALIZER, NULL, &nq.head, 0, 0, 0};
-
-static void *now_thread(void *arg)
-{
-	struct smount *sm = arg;
-
-	pthread_mutex_lock(&inval_lock);
-	for (;;) {
-		struct now_job *j;
-		struct fuse_session *se;
-
-		while (!nq.head && !nq.stop)
-			pthread_cond_wait(&nq.work, &inval_lock);
-		if (!nq.head)
-			break;
-		j = nq.head;
-		nq.head = j->nj_next;
-		if (!nq.head)
-			nq.tail = &nq.head;
-		se = sm->sm_se; /* stays until inval_stop has joined this thread */
-		pthread_mutex_unlock(&inval_lock);
-		if (se) {
-			for (size_t k = 0; k < j->nj_nids; k++)
-				fuse_lowlevel_notify_inval_inode(se, j->nj_ids[k], -1, 0);
-			if (j->nj_epoch)
-				epoch_write(se);
-		}
-		pthread_mutex_lock(&inval_lock);
-		if (j->nj_abandoned) {
-			free(j);
-		} else {
-			j->nj_done = 1;
-			pthread_cond_broadcast(&nq.done);
-		}
-	}
-	pthread_mutex_unlock(&inval_lock);
-	return NULL;
-}
-
 static void smount_inval_now(void *arg, uint64_t ino, int isdir)
 {
-	struct smount *sm = arg;
-	struct now_job *j = calloc(1, sizeof(*j));
-	struct timespec ts;
-
-	if (!j)
-		return;
-	if (ino == shoal_root(sm->sm_fs)) {
-		j->nj_ids[j->nj_nids++] = FUSE_ROOT_ID;
-	} else {
-		uint64_t ids[INVAL_IDS - 1];
-		size_t n = nid_list(ino, ids, INVAL_IDS - 1);
-		j->nj_ids[j->nj_nids++] = (fuse_ino_t)ino;
-		for (size_t i = 0; i < n; i++)
-			j->nj_ids[j->nj_nids++] = (fuse_ino_t)ids[i];
-	}
-	j->nj_epoch = isdir && __atomic_load_n(&epoch_works, __ATOMIC_ACQUIRE);
-	clock_gettime(CLOCK_REALTIME, &ts);
-	ts.tv_nsec += NOW_WAIT_MS * 1000000L;
-	ts.tv_sec += ts.tv_nsec / 1000000000L;
-	ts.tv_nsec %= 1000000000L;
-	pthread_mutex_lock(&inval_lock);
-	if (!nq.started || nq.stop || !sm->sm_se) {
-		pthread_mutex_unlock(&inval_lock);
-		free(j);
-		return;
-	}
-	*nq.tail = j;
-	nq.tail = &j->nj_next;
-	pthread_cond_signal(&nq.work);
-	while (!j->nj_done)
-		if (pthread_cond_timedwait(&nq.done, &inval_lock, &ts))
-			break;
-	if (j->nj_done)
-		free(j);
-	else
-		j->nj_abandoned = 1; /* the thread frees it */
-	pthread_mutex_unlock(&inval_lock);
+	inval_submit(arg, &nq, IJ_NOW, ino, isdir && __atomic_load_n(&epoch_works, __ATOMIC_ACQUIRE),
+		     NOW_WAIT_MS);
 }
 
 double smount_entry_ttl(void)
@@ -822,29 +770,28 @@ double smount_entry_ttl(void)
 static void inval_start(struct smount *sm)
 {
 	pthread_mutex_lock(&inval_lock);
-	iq.sm = sm;
-	if (pthread_create(&nq.thread, NULL, now_thread, sm) == 0)
-		nq.started = 1;
+	inval_sm = sm;
+	if (pthread_create(&nq.iq_threads[0], NULL, inval_thread, &nq) == 0)
+		nq.iq_started = 1;
 	for (int i = 0; i < INVAL_THREADS; i++)
-		if (pthread_create(&iq.threads[i], NULL, inval_thread, NULL) == 0)
-			iq.started++;
+		if (pthread_create(&iq.iq_threads[iq.iq_started], NULL, inval_thread, &iq) == 0)
+			iq.iq_started++;
 	pthread_mutex_unlock(&inval_lock);
 }
 
 static void inval_stop(void)
 {
-	int n;
+	struct inval_queue *qs[] = {&iq, &nq};
+
 	pthread_mutex_lock(&inval_lock);
-	iq.stop = 1;
-	nq.stop = 1;
-	n = iq.started;
-	pthread_cond_broadcast(&iq.work);
-	pthread_cond_broadcast(&nq.work);
+	for (int k = 0; k < 2; k++) {
+		qs[k]->iq_stop = 1;
+		pthread_cond_broadcast(&qs[k]->iq_work);
+	}
 	pthread_mutex_unlock(&inval_lock);
-	for (int i = 0; i < n; i++)
-		pthread_join(iq.threads[i], NULL);
-	if (nq.started)
-		pthread_join(nq.thread, NULL);
+	for (int k = 0; k < 2; k++)
+		for (int i = 0; i < qs[k]->iq_started; i++)
+			pthread_join(qs[k]->iq_threads[i], NULL);
 }
 
 int main(int argc, char **argv)
