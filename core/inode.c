@@ -19,6 +19,7 @@
  *      EX), and is dropped whenever the dinode is read again (another node
  *      may have changed it) or the inode leaves memory.
  */
+#include <assert.h>
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -395,6 +396,9 @@ void inode_atime_drop(struct shoal_fs *fs, struct shoal_inode *ip)
 
 void inode_dirty(struct shoal_fs *fs, struct shoal_inode *ip, int dsync)
 {
+	/* never a dinode read under an older grant of its glock: that copy
+	 * may be older than what another node wrote home since */
+	assert(ip->i_gen == inode_gen(fs, ip));
 	trans_add(fs, ip->i_bh);
 	if (ip->i_atime_pending) {
 		/* the kept atime goes with this change (4); a change that sets

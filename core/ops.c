@@ -1977,15 +1977,24 @@ static int flush_atime_one(struct shoal_fs *fs, uint64_t ino)
 	LOCK(fs);
 	ip = inode_find(fs, ino);
 	if (ip && ip->i_atime_pending) {
+		struct shoal_inode *cur = NULL;
 		/* a try sends no callback: a node still using the inode keeps
 		 * its lock, and the update is dropped */
 		err = fs->fs_ro ? -EROFS : gl_try_hold(fs, GL_INODE, ino, GL_EX);
+		/*
+		 * If the glock left this node since the read, the dinode in
+		 * memory is stale (another node may have changed or freed it):
+		 * inode_get reads it again and drops the kept atime with it.
+		 */
 		if (!err)
+			err = inode_get(fs, ino, &cur);
+		if (!err && cur->i_atime_pending)
 			err = trans_begin(fs, 2);
-		if (!err)
-			inode_dirty(fs, ip, 0); /* writes it and counts it */
+		if (!err && cur->i_atime_pending)
+			inode_dirty(fs, cur, 0); /* writes it and counts it */
 		else
 			inode_atime_drop(fs, ip);
+		inode_put(fs, cur);
 	}
 	inode_put(fs, ip);
 	UNLOCK(fs);

@@ -1082,6 +1082,69 @@ static void test_read_never_ex(void **state)
 	cl_fini(&c);
 }
 
+/*
+ * A kept atime never writes a stale dinode.  b reads f and g under SH and
+ * keeps their atime updates in memory; a then changes f (chmod, size) and
+ * removes g, and unmounts; at b's unmount a try-lock EX gets both glocks
+ * (nobody else holds them), but b's copies of the dinodes are from before
+ * a's changes: writing them would bring f's old size and mode back and
+ * resurrect g's dinode in a free block (the CI failure of
+ * t_cluster_recovery: an rm -rf on one node undone by another's unmount).
+ */
+static void test_kept_atime_after_change(void **state)
+{
+	struct cluster c;
+	struct shoal_fs *a, *b;
+	struct shoal_counters cb0, cb1;
+	struct stat st, attr;
+	uint64_t root, f, g;
+	(void)state;
+
+	cl_start(&c, 2, 5000);
+	a = c.c_fs[0];
+	b = c.c_fs[1];
+	cl_touch_root(&c);
+	root = shoal_root(a);
+	f = mkfile(a, root, "f", 20 * KiB, 51); /* relatime: atime before mtime, so due */
+	g = mkfile(a, root, "g", 20 * KiB, 52);
+	assert_int_equal(shoal_lookup(b, root, "f", &st), 0);
+	assert_int_equal(shoal_lookup(b, root, "g", &st), 0);
+	shoal_counters(b, &cb0);
+	read_once(b, f, 0);
+	read_once(b, g, 0);
+	shoal_counters(b, &cb1);
+	assert_int_equal(cb1.sc_atime_deferred - cb0.sc_atime_deferred, 2);
+
+	/* a changes f and removes g; b does not look at either again */
+	memset(&attr, 0, sizeof(attr));
+	attr.st_mode = 0600;
+	attr.st_size = 5 * KiB;
+	assert_int_equal(shoal_setattr(a, &root_ctx, f, &attr, SHOAL_SET_MODE | SHOAL_SET_SIZE, &st),
+			 0);
+	assert_int_equal(shoal_unlink(a, &root_ctx, root, "g"), 0);
+	shoal_forget(a, f, 1);
+	assert_int_equal(shoal_unmount(a), 0);
+	c.c_fs[0] = NULL;
+
+	/* b unmounts with both updates kept (the kernel sent no forget) */
+	shoal_counters(b, &cb0);
+	assert_int_equal(shoal_unmount(b), 0);
+	c.c_fs[1] = NULL;
+
+	assert_int_equal(node_mount(&c, "a", &a), 0);
+	c.c_fs[0] = a;
+	assert_int_equal(shoal_getattr(a, f, &st), 0);
+	assert_int_equal(st.st_size, 5 * KiB);
+	assert_int_equal(st.st_mode & 07777, 0600);
+	assert_int_equal(lookup_ino(a, root, "g"), -ENOENT);
+	assert_int_equal(lookup_ino(a, root, "f"), (int64_t)f);
+	(void)g;
+	cl_unmount_all(&c);
+	cl_lockd_stop(&c);
+	cl_fsck(&c);
+	cl_fini(&c);
+}
+
 /* --- unlink of a file open on another node ---------------------------------------------- */
 
 static void test_unlink_open_elsewhere(void **state)
@@ -1353,6 +1416,7 @@ int main(void)
 		cmocka_unit_test(test_unlink_open_elsewhere),
 		cmocka_unit_test(test_concurrent_alloc),
 		cmocka_unit_test(test_read_never_ex),
+		cmocka_unit_test(test_kept_atime_after_change),
 	};
 	signal(SIGPIPE, SIG_IGN);
 	if (getenv("SHOAL_TEST_FILTER")) /* e.g. SHOAL_TEST_FILTER=test_coherence */
