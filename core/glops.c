@@ -66,6 +66,10 @@ static int iopen_demote_to(struct shoal_fs *fs, struct glock *gl, int target)
 
 	if (ip) {
 		busy = ip->i_nlookup || ip->i_open;
+		/* another node asks for EX: it unlinked the inode and would
+		 * free it; this node does when it lets go (or at unmount) */
+		if (busy && target == GL_UN)
+			ip->i_free_wanted = 1;
 		inode_put(fs, ip);
 	}
 	/*

@@ -222,6 +222,39 @@ void inode_queue_orphan(struct shoal_fs *fs, uint64_t ino)
 	pthread_cond_signal(&fs->fs_orphan_cond);
 }
 
+/* After try number tries (0: the first) of ino failed on another node's
+ * iopen lock: again later, or never (that node frees it when it lets go). */
+static void orphan_retry_later(struct shoal_fs *fs, uint64_t ino, uint32_t tries)
+{
+	static const uint64_t delay_ms[ORPHAN_RETRIES] = {50, 500};
+
+	if (tries >= ORPHAN_RETRIES)
+		return;
+	for (uint32_t i = 0; i < fs->fs_noretry; i++)
+		if (fs->fs_oretry[i].or_ino == ino)
+			return;
+	if (fs->fs_noretry == fs->fs_oretry_cap) {
+		uint32_t cap = fs->fs_oretry_cap ? fs->fs_oretry_cap * 2 : 64;
+		struct orphan_retry *n = realloc(fs->fs_oretry, cap * sizeof(*n));
+		if (!n)
+			return; /* freed at the next mount */
+		fs->fs_oretry = n;
+		fs->fs_oretry_cap = cap;
+	}
+	fs->fs_oretry[fs->fs_noretry++] = (struct orphan_retry){
+		.or_ino = ino, .or_due = gl_now_ns() + delay_ms[tries] * 1000000, .or_tries = tries + 1};
+	pthread_cond_signal(&fs->fs_orphan_cond);
+}
+
+uint64_t inode_orphan_next_due(struct shoal_fs *fs)
+{
+	uint64_t due = 0;
+	for (uint32_t i = 0; i < fs->fs_noretry; i++)
+		if (!due || fs->fs_oretry[i].or_due < due)
+			due = fs->fs_oretry[i].or_due;
+	return due;
+}
+
 /*
  * Cluster: the last user on this node let go of an unlinked inode.  Free it
  * if no other node has it open (iopen held EX since this node made it, or
@@ -232,8 +265,12 @@ void inode_queue_orphan(struct shoal_fs *fs, uint64_t ino)
 static void inode_free_cluster(struct shoal_fs *fs, struct shoal_inode *ip)
 {
 	struct glock *io = gl_get(fs, GL_IOPEN, ip->i_ino), *g;
-	int have = gl_have(fs, GL_INODE, ip->i_ino, GL_EX) && inode_rgs_held(fs, ip, 0);
-	if (!have || !io) {
+	/* the dinode (links, block map) as of the glock held now */
+	int have = gl_have(fs, GL_INODE, ip->i_ino, GL_EX) && inode_refresh(fs, ip) == 0;
+
+	if (have && ip_di(ip)->di_nlink)
+		return; /* linked again by another node meanwhile */
+	if (!have || !io || !inode_rgs_held(fs, ip, 0)) {
 		inode_queue_orphan(fs, ip->i_ino);
 		return;
 	}
@@ -243,8 +280,13 @@ static void inode_free_cluster(struct shoal_fs *fs, struct shoal_inode *ip)
 		return;
 	}
 	gl_release(fs, io); /* our SH, if we had it: no up-conversion */
-	if (gl_acquire(fs, GL_IOPEN, ip->i_ino, GL_EX, GL_TRY, &g))
-		return; /* open on another node: that node frees it */
+	if (gl_acquire(fs, GL_IOPEN, ip->i_ino, GL_EX, GL_TRY | GL_TRY_1CB, &g)) {
+		/* open on another node, which frees it when it lets go; or
+		 * kept there EX since that node made it, and given up now
+		 * (the callback): tried again shortly */
+		orphan_retry_later(fs, ip->i_ino, 0);
+		return;
+	}
 	inode_destroy(fs, ip);
 	gl_put(fs, g);
 }
@@ -496,11 +538,13 @@ static int orphan_free_one(struct shoal_fs *fs, uint64_t ino)
 	if (state != SHOAL_B_UNLINKED)
 		return 0; /* freed by another node meanwhile, or linked again */
 	ip = inode_find(fs, ino);
-	if (ip) { /* back in use here: its last user frees it */
-		inode_put(fs, ip);
-		return 0;
+	if (ip) {
+		int busy = ip->i_ref > 1 || ip->i_nlookup || ip->i_open;
+		ip->i_ref--; /* not inode_put: it would try to free it again */
+		if (busy)
+			return 0; /* in use here: its last user frees it */
 	}
-	err = inode_get(fs, ino, &ip);
+	err = inode_get(fs, ino, &ip); /* read again if the glock moved */
 	if (err)
 		return err == -ESTALE ? 0 : err;
 	if (ip_di(ip)->di_nlink == 0 && !ip->i_freed)
@@ -515,9 +559,11 @@ static int orphan_free_one(struct shoal_fs *fs, uint64_t ino)
 		struct glock *io = gl_get(fs, GL_IOPEN, ino);
 		if (io)
 			gl_release(fs, io);
-		if (gl_acquire(fs, GL_IOPEN, ino, GL_EX, GL_TRY, &g) == 0) {
+		if (gl_acquire(fs, GL_IOPEN, ino, GL_EX, GL_TRY | GL_TRY_1CB, &g) == 0) {
 			err = inode_destroy(fs, ip);
 			gl_put(fs, g);
+		} else {
+			err = -EAGAIN; /* in use on another node, or given up now */
 		}
 	}
 	ip->i_ref--;
@@ -526,23 +572,57 @@ static int orphan_free_one(struct shoal_fs *fs, uint64_t ino)
 	return err;
 }
 
-void inode_free_orphans(struct shoal_fs *fs)
+/* The next orphan to try (fs_lock held): 1 and *ino, *tries, or 0. */
+static int orphan_next(struct shoal_fs *fs, int wait, uint64_t *ino, uint32_t *tries)
+{
+	uint64_t now = gl_now_ns();
+
+	if (fs->fs_ro)
+		return 0;
+	if (fs->fs_norphans) {
+		*ino = fs->fs_orphans[--fs->fs_norphans];
+		*tries = 0;
+		return 1;
+	}
+	for (uint32_t i = 0; i < fs->fs_noretry; i++) {
+		struct orphan_retry *r = &fs->fs_oretry[i];
+		if (r->or_due > now && !wait)
+			continue;
+		if (r->or_due > now) { /* unmount: wait for it */
+			struct timespec ts = {.tv_sec = (time_t)((r->or_due - now) / 1000000000),
+					      .tv_nsec = (long)((r->or_due - now) % 1000000000)};
+			pthread_mutex_unlock(&fs->fs_lock);
+			nanosleep(&ts, NULL);
+			pthread_mutex_lock(&fs->fs_lock);
+			return orphan_next(fs, wait, ino, tries);
+		}
+		*ino = r->or_ino;
+		*tries = r->or_tries;
+		*r = fs->fs_oretry[--fs->fs_noretry];
+		return 1;
+	}
+	return 0;
+}
+
+void inode_free_orphans(struct shoal_fs *fs, int wait)
 {
 	for (;;) {
 		uint64_t ino;
+		uint32_t tries;
 		int err;
 
 		pthread_mutex_lock(&fs->fs_lock);
-		if (!fs->fs_norphans || fs->fs_ro) {
+		if (!orphan_next(fs, wait, &ino, &tries)) {
 			pthread_mutex_unlock(&fs->fs_lock);
 			return;
 		}
-		ino = fs->fs_orphans[--fs->fs_norphans];
 		pthread_mutex_unlock(&fs->fs_lock);
 		op_begin(fs);
 		do {
 			pthread_mutex_lock(&fs->fs_lock);
 			err = orphan_free_one(fs, ino);
+			if (err == -EAGAIN)
+				orphan_retry_later(fs, ino, tries);
 			pthread_mutex_unlock(&fs->fs_lock);
 		} while (err == -ERESTART && op_wait(fs) == 0);
 		op_end(fs);

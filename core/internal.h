@@ -84,6 +84,8 @@ struct shoal_inode {
 	uint64_t i_data_gen;    /* dev write generation of its last data write */
 	uint64_t i_fsync_ns;    /* monotonic time of its last fsync/fdatasync */
 	int i_freed;            /* destroyed: out of the hash, blocks freed */
+	int i_free_wanted;      /* cluster: another node tried to free it (its
+				 * iopen callback) while in use here */
 	struct glock *i_gl;     /* its inode glock (cache generation) */
 	uint64_t i_gen;         /* i_gl's generation the dinode was read at */
 	/* A read's atime update the node could not write (its glock only SH):
@@ -160,6 +162,8 @@ struct shoal_fs {
 	struct glock *fs_jgl;         /* this node's journal glock, held EX */
 	uint64_t *fs_orphans;         /* fs_lock: unlinked inodes to free later */
 	uint32_t fs_norphans, fs_orphans_cap;
+	struct orphan_retry *fs_oretry; /* fs_lock: ones to try again at a time */
+	uint32_t fs_noretry, fs_oretry_cap;
 	uint64_t fs_statfs_ns;        /* statfs: when other groups were last read */
 };
 
@@ -272,8 +276,22 @@ int inode_alloc(struct shoal_fs *fs, struct shoal_inode *dir, uint64_t want, mod
 uint64_t inode_gen(struct shoal_fs *fs, struct shoal_inode *ip);
 /* Cluster: free ino later, if it is still UNLINKED and nobody uses it. */
 void inode_queue_orphan(struct shoal_fs *fs, uint64_t ino);
-/* Free the unlinked inodes queued while their groups were elsewhere. */
-void inode_free_orphans(struct shoal_fs *fs);
+/*
+ * An orphan whose iopen try-lock failed: the holders got one callback
+ * (TRY_1CB), and one that does not use the inode lets go of it, so it is
+ * tried again at or_due (gl_now_ns), at most ORPHAN_RETRIES times.
+ */
+struct orphan_retry {
+	uint64_t or_ino;
+	uint64_t or_due;
+	uint32_t or_tries;
+};
+#define ORPHAN_RETRIES 2
+/* Free the unlinked inodes queued while their groups were elsewhere, and
+ * the retries now due (wait: all of them, waiting until each is due). */
+void inode_free_orphans(struct shoal_fs *fs, int wait);
+/* The time the earliest retry is due, 0 if none (fs_lock held). */
+uint64_t inode_orphan_next_due(struct shoal_fs *fs);
 void inode_dirty(struct shoal_fs *fs, struct shoal_inode *ip, int dsync);
 void inode_stat(struct shoal_fs *fs, struct shoal_inode *ip, struct stat *st);
 void inode_touch(struct shoal_inode *ip, int atime, int mtime, int ctime);

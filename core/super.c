@@ -205,12 +205,23 @@ static void *orphan_thread(void *arg)
 
 	pthread_mutex_lock(&fs->fs_lock);
 	while (!fs->fs_stopping) {
-		if (!fs->fs_norphans || fs->fs_ro) {
+		uint64_t due = inode_orphan_next_due(fs), now = gl_now_ns();
+		if (fs->fs_ro || (!fs->fs_norphans && !due)) {
 			pthread_cond_wait(&fs->fs_orphan_cond, &fs->fs_lock);
 			continue;
 		}
+		if (!fs->fs_norphans && due > now) { /* a retry (inode.c), later */
+			struct timespec ts;
+			clock_gettime(CLOCK_REALTIME, &ts);
+			uint64_t at = (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec +
+				      (due - now);
+			ts.tv_sec = (time_t)(at / 1000000000ull);
+			ts.tv_nsec = (long)(at % 1000000000ull);
+			pthread_cond_timedwait(&fs->fs_orphan_cond, &fs->fs_lock, &ts);
+			continue;
+		}
 		pthread_mutex_unlock(&fs->fs_lock);
-		inode_free_orphans(fs);
+		inode_free_orphans(fs, 0);
 		pthread_mutex_lock(&fs->fs_lock);
 	}
 	pthread_mutex_unlock(&fs->fs_lock);
@@ -403,6 +414,7 @@ out_free:
 		fs->fs_lm->lm_unmount(fs);
 	snprintf(mount_err, sizeof(mount_err), "%s", fs->fs_err[0] ? fs->fs_err : strerror(-err));
 	free(fs->fs_orphans);
+	free(fs->fs_oretry);
 	free(fs->fs_ihash);
 	free(fs);
 	return err;
@@ -447,11 +459,19 @@ int shoal_unmount(struct shoal_fs *fs)
 		 * may wait for other nodes' locks */
 		pthread_mutex_lock(&fs->fs_lock);
 		for (uint32_t i = 0; i <= fs->fs_ihmask; i++)
-			for (struct shoal_inode *ip = fs->fs_ihash[i]; ip; ip = ip->i_hnext)
+			for (struct shoal_inode *ip = fs->fs_ihash[i]; ip; ip = ip->i_hnext) {
 				if (ip_di(ip)->di_nlink == 0 && fs->fs_norphans < 100000) {
 					ip->i_open = 0;
 					ip->i_nlookup = 0;
+				} else if (ip->i_free_wanted && ip->i_ref == 0) {
+					/* unlinked by another node (its copy
+					 * here is old): freed under its locks
+					 * if it is still UNLINKED */
+					ip->i_open = 0;
+					ip->i_nlookup = 0;
+					inode_queue_orphan(fs, ip->i_ino);
 				}
+			}
 		for (uint32_t i = 0; i <= fs->fs_ihmask; i++) {
 			struct shoal_inode *ip = fs->fs_ihash[i], *n;
 			for (; ip; ip = n) {
@@ -463,7 +483,7 @@ int shoal_unmount(struct shoal_fs *fs)
 			}
 		}
 		pthread_mutex_unlock(&fs->fs_lock);
-		inode_free_orphans(fs);
+		inode_free_orphans(fs, 1); /* the retries too, each when due */
 	}
 	if (fs->fs_cluster)
 		ops_flush_atime(fs); /* while the glocks still work */
@@ -504,6 +524,7 @@ int shoal_unmount(struct shoal_fs *fs)
 	pthread_cond_destroy(&fs->fs_commit_cond);
 	pthread_cond_destroy(&fs->fs_orphan_cond);
 	free(fs->fs_orphans);
+	free(fs->fs_oretry);
 	free(fs->fs_ihash);
 	free(fs);
 	return err;

@@ -1237,6 +1237,62 @@ static void test_unlink_open_elsewhere(void **state)
 	cl_fini(&c);
 }
 
+/*
+ * A file made on one node and unlinked on another is freed without any
+ * unmount when the maker does not use it (the maker kept its iopen glock
+ * EX since it made the inode: the unlinker's try-lock sends it one
+ * callback, it lets go, the unlinker tries again), and at the maker's
+ * unmount when the maker's kernel still had it looked up.
+ */
+static void test_unlink_made_elsewhere(void **state)
+{
+	struct cluster c;
+	struct shoal_fs *a, *b;
+	uint64_t root, free0, fr;
+	struct stat st;
+	(void)state;
+
+	cl_start(&c, 2, 8000);
+	a = c.c_fs[0];
+	b = c.c_fs[1];
+	cl_touch_root(&c);
+	root = shoal_root(a);
+	free0 = free_blocks(b);
+
+	/* not in use on a: b frees it */
+	(void)mkfile(a, root, "idle", 1 * MiB, 61);
+	assert_int_equal(shoal_sync(a), 0);
+	fr = free_blocks_wait(b, 0, free0 - 256);
+	assert_true(fr + 256 <= free0);
+	assert_int_equal(shoal_unlink(b, &root_ctx, root, "idle"), 0);
+	fr = free_blocks_wait(b, free0, UINT64_MAX);
+	if (fr < free0)
+		fail_msg("a file a made and b unlinked: %llu blocks free on b, want %llu as before "
+			 "it (never freed?)",
+			 (unsigned long long)fr, (unsigned long long)free0);
+
+	/* looked up on a (its kernel keeps the inode): freed at a's unmount */
+	(void)mkfile(a, root, "kept", 1 * MiB, 62);
+	assert_int_equal(shoal_lookup(a, root, "kept", &st), 0);
+	assert_int_equal(shoal_sync(a), 0);
+	assert_true(free_blocks_wait(b, 0, free0 - 256) + 256 <= free0);
+	assert_int_equal(shoal_unlink(b, &root_ctx, root, "kept"), 0);
+	sleep_ms(1000); /* b's tries fail: a uses it */
+	assert_true(free_blocks(b) + 256 <= free0);
+	assert_int_equal(shoal_unmount(a), 0); /* no forget: the kernel sends none */
+	c.c_fs[0] = NULL;
+	fr = free_blocks_wait(b, free0, UINT64_MAX);
+	if (fr < free0)
+		fail_msg("after the unmount of a, which had it looked up: %llu blocks free on b, "
+			 "want %llu",
+			 (unsigned long long)fr, (unsigned long long)free0);
+
+	cl_unmount_all(&c);
+	cl_lockd_stop(&c);
+	cl_fsck(&c);
+	cl_fini(&c);
+}
+
 /* --- journal recovery of a killed node --------------------------------------------------- */
 
 #define REC_LEASE_MS 1500
@@ -1414,6 +1470,7 @@ int main(void)
 		cmocka_unit_test(test_first_look),
 		cmocka_unit_test(test_coherence),
 		cmocka_unit_test(test_unlink_open_elsewhere),
+		cmocka_unit_test(test_unlink_made_elsewhere),
 		cmocka_unit_test(test_concurrent_alloc),
 		cmocka_unit_test(test_read_never_ex),
 		cmocka_unit_test(test_kept_atime_after_change),
