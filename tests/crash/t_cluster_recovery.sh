@@ -350,6 +350,13 @@ if [ ! -x "$FSCK" ]; then
 	ok "SKIP fsck.shoal -n: $FSCK not built"
 elif fsck_out=$("$FSCK" -n "$img" 2>&1); then
 	ok "fsck.shoal -n is clean after $round rounds"
+	# every node unmounted cleanly: each unlinked inode was freed by the
+	# last node that used it (or by the remount of a killed node)
+	if echo "$fsck_out" | grep -q 'orphan'; then
+		not_ok "no unlinked inodes left after the clean unmounts: $(echo "$fsck_out" | grep orphan)"
+	else
+		ok "no unlinked inodes left after the clean unmounts"
+	fi
 else
 	not_ok "fsck.shoal -n is clean after $round rounds"
 	echo "$fsck_out" | grep -v '^Pass' | tail -n 15 | sed 's/^/#   /'
