@@ -222,39 +222,6 @@ void inode_queue_orphan(struct shoal_fs *fs, uint64_t ino)
 	pthread_cond_signal(&fs->fs_orphan_cond);
 }
 
-/* After try number tries (0: the first) of ino failed on another node's
- * iopen lock: again later, or never (that node frees it when it lets go). */
-static void orphan_retry_later(struct shoal_fs *fs, uint64_t ino, uint32_t tries)
-{
-	static const uint64_t delay_ms[ORPHAN_RETRIES] = {50, 500};
-
-	if (tries >= ORPHAN_RETRIES)
-		return;
-	for (uint32_t i = 0; i < fs->fs_noretry; i++)
-		if (fs->fs_oretry[i].or_ino == ino)
-			return;
-	if (fs->fs_noretry == fs->fs_oretry_cap) {
-		uint32_t cap = fs->fs_oretry_cap ? fs->fs_oretry_cap * 2 : 64;
-		struct orphan_retry *n = realloc(fs->fs_oretry, cap * sizeof(*n));
-		if (!n)
-			return; /* freed at the next mount */
-		fs->fs_oretry = n;
-		fs->fs_oretry_cap = cap;
-	}
-	fs->fs_oretry[fs->fs_noretry++] = (struct orphan_retry){
-		.or_ino = ino, .or_due = gl_now_ns() + delay_ms[tries] * 1000000, .or_tries = tries + 1};
-	pthread_cond_signal(&fs->fs_orphan_cond);
-}
-
-uint64_t inode_orphan_next_due(struct shoal_fs *fs)
-{
-	uint64_t due = 0;
-	for (uint32_t i = 0; i < fs->fs_noretry; i++)
-		if (!due || fs->fs_oretry[i].or_due < due)
-			due = fs->fs_oretry[i].or_due;
-	return due;
-}
-
 /*
  * Cluster: the last user on this node let go of an unlinked inode.  Free it
  * if no other node has it open (iopen held EX since this node made it, or
@@ -280,13 +247,10 @@ static void inode_free_cluster(struct shoal_fs *fs, struct shoal_inode *ip)
 		return;
 	}
 	gl_release(fs, io); /* our SH, if we had it: no up-conversion */
-	if (gl_acquire(fs, GL_IOPEN, ip->i_ino, GL_EX, GL_TRY | GL_TRY_1CB, &g)) {
-		/* open on another node, which frees it when it lets go; or
-		 * kept there EX since that node made it, and given up now
-		 * (the callback): tried again shortly */
-		orphan_retry_later(fs, ip->i_ino, 0);
-		return;
-	}
+	/* the callback tells a node that still uses it to free it when it
+	 * lets go (glops.c iopen_demote_to) */
+	if (gl_acquire(fs, GL_IOPEN, ip->i_ino, GL_EX, GL_TRY | GL_TRY_1CB, &g))
+		return; /* in use on another node: that node frees it */
 	inode_destroy(fs, ip);
 	gl_put(fs, g);
 }
@@ -562,9 +526,7 @@ static int orphan_free_one(struct shoal_fs *fs, uint64_t ino)
 		if (gl_acquire(fs, GL_IOPEN, ino, GL_EX, GL_TRY | GL_TRY_1CB, &g) == 0) {
 			err = inode_destroy(fs, ip);
 			gl_put(fs, g);
-		} else {
-			err = -EAGAIN; /* in use on another node, or given up now */
-		}
+		} /* else in use on another node: that node frees it */
 	}
 	ip->i_ref--;
 	if (ip->i_ref == 0 && ip->i_nlookup == 0 && ip->i_open == 0)
@@ -572,57 +534,23 @@ static int orphan_free_one(struct shoal_fs *fs, uint64_t ino)
 	return err;
 }
 
-/* The next orphan to try (fs_lock held): 1 and *ino, *tries, or 0. */
-static int orphan_next(struct shoal_fs *fs, int wait, uint64_t *ino, uint32_t *tries)
-{
-	uint64_t now = gl_now_ns();
-
-	if (fs->fs_ro)
-		return 0;
-	if (fs->fs_norphans) {
-		*ino = fs->fs_orphans[--fs->fs_norphans];
-		*tries = 0;
-		return 1;
-	}
-	for (uint32_t i = 0; i < fs->fs_noretry; i++) {
-		struct orphan_retry *r = &fs->fs_oretry[i];
-		if (r->or_due > now && !wait)
-			continue;
-		if (r->or_due > now) { /* unmount: wait for it */
-			struct timespec ts = {.tv_sec = (time_t)((r->or_due - now) / 1000000000),
-					      .tv_nsec = (long)((r->or_due - now) % 1000000000)};
-			pthread_mutex_unlock(&fs->fs_lock);
-			nanosleep(&ts, NULL);
-			pthread_mutex_lock(&fs->fs_lock);
-			return orphan_next(fs, wait, ino, tries);
-		}
-		*ino = r->or_ino;
-		*tries = r->or_tries;
-		*r = fs->fs_oretry[--fs->fs_noretry];
-		return 1;
-	}
-	return 0;
-}
-
-void inode_free_orphans(struct shoal_fs *fs, int wait)
+void inode_free_orphans(struct shoal_fs *fs)
 {
 	for (;;) {
 		uint64_t ino;
-		uint32_t tries;
 		int err;
 
 		pthread_mutex_lock(&fs->fs_lock);
-		if (!orphan_next(fs, wait, &ino, &tries)) {
+		if (!fs->fs_norphans || fs->fs_ro) {
 			pthread_mutex_unlock(&fs->fs_lock);
 			return;
 		}
+		ino = fs->fs_orphans[--fs->fs_norphans];
 		pthread_mutex_unlock(&fs->fs_lock);
 		op_begin(fs);
 		do {
 			pthread_mutex_lock(&fs->fs_lock);
 			err = orphan_free_one(fs, ino);
-			if (err == -EAGAIN)
-				orphan_retry_later(fs, ino, tries);
 			pthread_mutex_unlock(&fs->fs_lock);
 		} while (err == -ERESTART && op_wait(fs) == 0);
 		op_end(fs);

@@ -162,8 +162,6 @@ struct shoal_fs {
 	struct glock *fs_jgl;         /* this node's journal glock, held EX */
 	uint64_t *fs_orphans;         /* fs_lock: unlinked inodes to free later */
 	uint32_t fs_norphans, fs_orphans_cap;
-	struct orphan_retry *fs_oretry; /* fs_lock: ones to try again at a time */
-	uint32_t fs_noretry, fs_oretry_cap;
 	uint64_t fs_statfs_ns;        /* statfs: when other groups were last read */
 };
 
@@ -276,22 +274,8 @@ int inode_alloc(struct shoal_fs *fs, struct shoal_inode *dir, uint64_t want, mod
 uint64_t inode_gen(struct shoal_fs *fs, struct shoal_inode *ip);
 /* Cluster: free ino later, if it is still UNLINKED and nobody uses it. */
 void inode_queue_orphan(struct shoal_fs *fs, uint64_t ino);
-/*
- * An orphan whose iopen try-lock failed: the holders got one callback
- * (TRY_1CB), and one that does not use the inode lets go of it, so it is
- * tried again at or_due (gl_now_ns), at most ORPHAN_RETRIES times.
- */
-struct orphan_retry {
-	uint64_t or_ino;
-	uint64_t or_due;
-	uint32_t or_tries;
-};
-#define ORPHAN_RETRIES 2
-/* Free the unlinked inodes queued while their groups were elsewhere, and
- * the retries now due (wait: all of them, waiting until each is due). */
-void inode_free_orphans(struct shoal_fs *fs, int wait);
-/* The time the earliest retry is due, 0 if none (fs_lock held). */
-uint64_t inode_orphan_next_due(struct shoal_fs *fs);
+/* Free the unlinked inodes queued while their groups were elsewhere. */
+void inode_free_orphans(struct shoal_fs *fs);
 void inode_dirty(struct shoal_fs *fs, struct shoal_inode *ip, int dsync);
 void inode_stat(struct shoal_fs *fs, struct shoal_inode *ip, struct stat *st);
 void inode_touch(struct shoal_inode *ip, int atime, int mtime, int ctime);

@@ -205,23 +205,12 @@ static void *orphan_thread(void *arg)
 
 	pthread_mutex_lock(&fs->fs_lock);
 	while (!fs->fs_stopping) {
-		uint64_t due = inode_orphan_next_due(fs), now = gl_now_ns();
-		if (fs->fs_ro || (!fs->fs_norphans && !due)) {
+		if (!fs->fs_norphans || fs->fs_ro) {
 			pthread_cond_wait(&fs->fs_orphan_cond, &fs->fs_lock);
 			continue;
 		}
-		if (!fs->fs_norphans && due > now) { /* a retry (inode.c), later */
-			struct timespec ts;
-			clock_gettime(CLOCK_REALTIME, &ts);
-			uint64_t at = (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec +
-				      (due - now);
-			ts.tv_sec = (time_t)(at / 1000000000ull);
-			ts.tv_nsec = (long)(at % 1000000000ull);
-			pthread_cond_timedwait(&fs->fs_orphan_cond, &fs->fs_lock, &ts);
-			continue;
-		}
 		pthread_mutex_unlock(&fs->fs_lock);
-		inode_free_orphans(fs, 0);
+		inode_free_orphans(fs);
 		pthread_mutex_lock(&fs->fs_lock);
 	}
 	pthread_mutex_unlock(&fs->fs_lock);
@@ -414,7 +403,6 @@ out_free:
 		fs->fs_lm->lm_unmount(fs);
 	snprintf(mount_err, sizeof(mount_err), "%s", fs->fs_err[0] ? fs->fs_err : strerror(-err));
 	free(fs->fs_orphans);
-	free(fs->fs_oretry);
 	free(fs->fs_ihash);
 	free(fs);
 	return err;
@@ -483,7 +471,7 @@ int shoal_unmount(struct shoal_fs *fs)
 			}
 		}
 		pthread_mutex_unlock(&fs->fs_lock);
-		inode_free_orphans(fs, 1); /* the retries too, each when due */
+		inode_free_orphans(fs);
 	}
 	if (fs->fs_cluster)
 		ops_flush_atime(fs); /* while the glocks still work */
@@ -524,7 +512,6 @@ int shoal_unmount(struct shoal_fs *fs)
 	pthread_cond_destroy(&fs->fs_commit_cond);
 	pthread_cond_destroy(&fs->fs_orphan_cond);
 	free(fs->fs_orphans);
-	free(fs->fs_oretry);
 	free(fs->fs_ihash);
 	free(fs);
 	return err;
