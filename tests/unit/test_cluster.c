@@ -230,6 +230,18 @@ static void cl_touch_root(struct cluster *c)
 		assert_int_equal(shoal_getattr(c->c_fs[i], shoal_root(c->c_fs[i]), &st), 0);
 }
 
+/* Two nodes a and b, started and past their first look at the root: the
+ * root's inode number. */
+static uint64_t cl_start_ab(struct cluster *c, uint32_t lease_ms, struct shoal_fs **a,
+			    struct shoal_fs **b)
+{
+	cl_start(c, 2, lease_ms);
+	*a = c->c_fs[0];
+	*b = c->c_fs[1];
+	cl_touch_root(c);
+	return shoal_root(*a);
+}
+
 static void cl_unmount_all(struct cluster *c)
 {
 	for (int i = 0; i < c->c_n; i++) {
@@ -976,11 +988,7 @@ static void test_read_never_ex(void **state)
 	size_t n;
 	(void)state;
 
-	cl_start(&c, 2, 5000);
-	a = c.c_fs[0];
-	b = c.c_fs[1];
-	cl_touch_root(&c);
-	root = shoal_root(a);
+	root = cl_start_ab(&c, 5000, &a, &b);
 	f = mkfile(a, root, "f", 100 * KiB, 41); /* relatime: atime before mtime, so due */
 	t0 = atime_of(a, f);
 	snprintf(filter, sizeof(filter), "gltype == 2 && glnum == %llu", (unsigned long long)f);
@@ -1100,11 +1108,7 @@ static void test_kept_atime_after_change(void **state)
 	uint64_t root, f, g;
 	(void)state;
 
-	cl_start(&c, 2, 5000);
-	a = c.c_fs[0];
-	b = c.c_fs[1];
-	cl_touch_root(&c);
-	root = shoal_root(a);
+	root = cl_start_ab(&c, 5000, &a, &b);
 	f = mkfile(a, root, "f", 20 * KiB, 51); /* relatime: atime before mtime, so due */
 	g = mkfile(a, root, "g", 20 * KiB, 52);
 	assert_int_equal(shoal_lookup(b, root, "f", &st), 0);
@@ -1252,11 +1256,7 @@ static void test_unlink_made_elsewhere(void **state)
 	struct stat st;
 	(void)state;
 
-	cl_start(&c, 2, 8000);
-	a = c.c_fs[0];
-	b = c.c_fs[1];
-	cl_touch_root(&c);
-	root = shoal_root(a);
+	root = cl_start_ab(&c, 8000, &a, &b);
 	free0 = free_blocks(b);
 
 	/* not in use on a: b frees it */
