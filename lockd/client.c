@@ -730,7 +730,7 @@ static int handshake(struct lkc *c, const struct lkp_addr *la, const struct lkc_
 		     size_t errlen)
 {
 	uint8_t buf[LKP_MAX_FRAME], *p = buf + LKP_HDR;
-	size_t plen, nl = strlen(cfg->node), tl = strlen(cfg->table), len;
+	size_t plen = 0, nl = strlen(cfg->node), tl = strlen(cfg->table), len;
 	uint64_t deadline = lkp_now_ns() + LKC_HANDSHAKE_MS * NS_PER_MS;
 	uint32_t cflags;
 	int fd, type, rc;
