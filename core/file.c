@@ -14,9 +14,12 @@
  *      data write: fsync needs a flush iff the device's flush generation is
  *      older (R2: nothing dirty, no I/O);
  *  (4) a part-block overwrite of a file fsync'ed within the last second
- *      goes to the device as it is (dev_write_small), not as the whole page
- *      the fsync would otherwise write back (R2: device bytes follow the
- *      bytes written); other writes stay in the page cache.
+ *      goes into the dirty-block index (dindex.c), from where the fsync's
+ *      fast commit logs just the granules it changed and the next full
+ *      commit writes the block home (R2: one device write and one flush
+ *      per fsync'ed small write); every later write to a block in the index
+ *      reaches its entry too.  Without the index (a filesystem made before
+ *      FCDATA) such a write goes to the device as it is (dev_write_small).
  */
 #include <errno.h>
 #include <stdlib.h>
@@ -41,6 +44,34 @@ uint64_t file_max_bytes(struct shoal_fs *fs)
 /* Zeros for holes: never written, so it costs no memory until read. */
 static uint8_t zero_buf[1u << 20];
 
+/*
+ * The first piece of len bytes at byte inblk of block pblk, when the
+ * dirty-block index holds blocks: its entry's bytes for an indexed block
+ * (valid under fs_lock only), else the device up to the next indexed one.
+ */
+static size_t map_indexed(struct shoal_fs *fs, uint64_t pblk, uint32_t inblk, size_t len,
+			  struct shoal_piece *pv)
+{
+	struct dx_entry *e = dx_find(fs, pblk);
+	size_t n = fs->fs_bsize - inblk;
+
+	if (n > len)
+		n = len;
+	if (e) {
+		*pv = (struct shoal_piece){.sv_mem = e->de_data + inblk, .sv_len = n};
+		return n;
+	}
+	while (n < len && !dx_find(fs, pblk + (inblk + n) / fs->fs_bsize))
+		n += fs->fs_bsize < len - n ? fs->fs_bsize : len - n;
+	*pv = (struct shoal_piece){.sv_devoff = (pblk << fs->fs_bshift) + inblk, .sv_len = n};
+	return n;
+}
+
+int file_is_zeros(const void *mem)
+{
+	return mem == zero_buf;
+}
+
 int file_map(struct shoal_fs *fs, struct shoal_inode *ip, size_t size, uint64_t off,
 	     struct shoal_piece **pvp, unsigned *np, size_t *total)
 {
@@ -57,6 +88,8 @@ int file_map(struct shoal_fs *fs, struct shoal_inode *ip, size_t size, uint64_t 
 	if (size > di->di_size - off)
 		size = (size_t)(di->di_size - off);
 	cap = (unsigned)((size >> fs->fs_bshift) + (size >> 20) + 3);
+	if (fs->fs_dx.dx_count)
+		cap += (unsigned)(size >> fs->fs_bshift) + 2; /* blocks of the index apart */
 	pv = malloc(sizeof(*pv) * cap);
 	if (!pv)
 		return -ENOMEM;
@@ -91,6 +124,8 @@ int file_map(struct shoal_fs *fs, struct shoal_inode *ip, size_t size, uint64_t 
 			if (len > sizeof(zero_buf))
 				len = sizeof(zero_buf);
 			pv[n++] = (struct shoal_piece){.sv_mem = zero_buf, .sv_len = len};
+		} else if (fs->fs_dx.dx_count) {
+			len = map_indexed(fs, pblk, inblk, len, &pv[n++]);
 		} else {
 			pv[n++] = (struct shoal_piece){.sv_devoff = (pblk << fs->fs_bshift) + inblk,
 						       .sv_len = len};
@@ -167,6 +202,48 @@ static int write_zeros(struct shoal_fs *fs, uint64_t devoff, size_t len)
 	return 0;
 }
 
+#define TO_DEVICE 0x1 /* write_old wrote to the device */
+#define TO_INDEX 0x2  /* ... into the dirty-block index */
+
+/*
+ * Overwrite len bytes at devoff, inside blocks the file already has.  With
+ * the dirty-block index on (dindex.c), a part-block write of a file being
+ * fsync'ed goes into it, and so does every write from memory to a block
+ * already there; other blocks are written in place, and a callback's bytes
+ * that land on an indexed block are read back into its entry (dindex.c (1)).
+ */
+static int write_old(struct shoal_fs *fs, const struct wsrc *src, uint64_t devoff, size_t len,
+		     size_t srcoff, int *to)
+{
+	uint32_t bs = fs->fs_bsize;
+	size_t done = 0;
+	int err = 0;
+
+	if (!fs->fs_dx.dx_on || (!src->ws_small && !fs->fs_dx.dx_count) || !src->ws_mem) {
+		*to |= TO_DEVICE;
+		err = src_copy(fs, src, devoff, len, srcoff);
+		return err ? err : dx_absorb(fs, devoff, len, src->ws_mem ? src->ws_mem + srcoff : NULL);
+	}
+	while (done < len && !err) {
+		uint64_t at = devoff + done;
+		uint32_t in = (uint32_t)(at & (bs - 1));
+		size_t n = bs - in < len - done ? bs - in : len - done;
+
+		if (src->ws_small || dx_find(fs, at >> fs->fs_bshift)) {
+			err = dx_write(fs, at >> fs->fs_bshift, in, src->ws_mem + srcoff + done, n);
+			*to |= TO_INDEX;
+		} else {
+			/* the run of blocks up to the next indexed one, in place */
+			while (done + n < len && !dx_find(fs, (at + n) >> fs->fs_bshift))
+				n += bs < len - done - n ? bs : len - done - n;
+			err = dev_write(fs->fs_dev, src->ws_mem + srcoff + done, n, at);
+			*to |= TO_DEVICE;
+		}
+		done += n;
+	}
+	return err;
+}
+
 /* Write len source bytes at byte inblk of new blocks first..first+nblk,
  * zeroing the rest of those blocks (invariant (1)). */
 static int write_new(struct shoal_fs *fs, const struct wsrc *src, uint64_t first, uint32_t nblk,
@@ -202,7 +279,7 @@ static ssize_t write_src(struct shoal_fs *fs, struct shoal_inode *ip, const stru
 	uint32_t pay = SHOAL_DI_PAYLOAD(fs->fs_bsize);
 	uint64_t end = off + size;
 	size_t done = 0;
-	int grew = 0, err = 0;
+	int grew = 0, err = 0, to = 0;
 
 	if (size == 0)
 		return 0;
@@ -233,21 +310,24 @@ static ssize_t write_src(struct shoal_fs *fs, struct shoal_inode *ip, const stru
 			uint32_t nblk = (uint32_t)((inblk + len + fs->fs_bsize - 1) >> fs->fs_bshift);
 			err = write_new(fs, src, pblk, nblk, inblk, len, done);
 			fs->fs_j.j_ordered = 1;
+			to |= TO_DEVICE;
 			grew = 1;
 		} else {
-			err = src_copy(fs, src, (pblk << fs->fs_bshift) + inblk, len, done);
+			err = write_old(fs, src, (pblk << fs->fs_bshift) + inblk, len, done, &to);
 		}
 		if (err)
 			break;
 		done += len;
 	}
 	if (done) {
-		note_data_write(fs, ip);
+		if (to & TO_DEVICE)
+			note_data_write(fs, ip);
 		if (off + done > di->di_size) {
 			di->di_size = off + done;
 			grew = 1;
 		}
-		inode_dirty(fs, ip, grew);
+		/* data in the index is made durable by the journal (dsync) */
+		inode_dirty(fs, ip, grew || (to & TO_INDEX));
 		inode_touch(ip, 0, 1, 1);
 		return (ssize_t)done;
 	}
@@ -300,7 +380,10 @@ int file_truncate(struct shoal_fs *fs, struct shoal_inode *ip, uint64_t size)
 					uint8_t *z = calloc(1, bs - in);
 					if (!z)
 						return -ENOMEM;
-					err = dev_write(fs->fs_dev, z, bs - in, (pblk << fs->fs_bshift) + in);
+					uint64_t at = (pblk << fs->fs_bshift) + in;
+					err = dev_write(fs->fs_dev, z, bs - in, at);
+					if (!err)
+						err = dx_absorb(fs, at, bs - in, z);
 					free(z);
 					if (err)
 						return err;

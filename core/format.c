@@ -295,7 +295,7 @@ static int fmt_fill_sb(const struct fmt_layout *fl, void *b, int64_t now, uint8_
 
 	memset(b, 0, fl->fl_bsize);
 	sb->sb_format = SHOAL_FORMAT;
-	sb->sb_feat_incompat = SHOAL_FEAT_INCOMPAT_FASTCOMMIT;
+	sb->sb_feat_incompat = SHOAL_FEAT_INCOMPAT_FASTCOMMIT | SHOAL_FEAT_INCOMPAT_FCDATA;
 	sb->sb_bsize = fl->fl_bsize;
 	sb->sb_bsize_shift = fl->fl_bshift;
 	sb->sb_blocks = fl->fl_blocks;

@@ -27,8 +27,8 @@ static int sync_journal(struct shoal_fs *fs, struct glock *gl)
 	if (fs->fs_ro)
 		return 0;
 	/* Coarse but correct: the whole log, then write home. */
-	if (fs->fs_j.j_tcount)
-		err = jnl_commit(fs);
+	if (fs->fs_j.j_tcount || fs->fs_dx.dx_count)
+		err = jnl_commit(fs); /* the dirty-block index goes home too */
 	if (!err && fs->fs_j.j_ckpt_count)
 		err = jnl_checkpoint(fs);
 	return err;

@@ -101,6 +101,26 @@ struct shoal_inode {
 	struct shoal_inode *i_hnext;
 };
 
+/* --- dirty-block index (dindex.c) --------------------------------------- */
+
+struct dx_entry {
+	uint64_t de_blkno;
+	uint64_t de_unlogged;                /* granules changed since the last fast commit */
+	struct dx_entry *de_hnext;           /* hash chain */
+	struct dx_entry *de_prev, *de_next;  /* every entry */
+	uint8_t de_data[];                   /* the block as it is now */
+};
+
+struct dx_index {
+	struct dx_entry **dx_hash;
+	uint32_t dx_hmask;
+	uint32_t dx_count;
+	uint32_t dx_max;        /* entries before a commit writes them home */
+	uint32_t dx_gshift;     /* a granule is 1 << dx_gshift bytes, <= 64 a block */
+	struct dx_entry dx_head; /* list head */
+	int dx_on;              /* small overwrites may go to the index (FCDATA) */
+};
+
 /* --- the mount ----------------------------------------------------------- */
 
 struct shoal_journal {
@@ -137,6 +157,7 @@ struct shoal_fs {
 	pthread_mutex_t fs_lock;
 	struct shoal_bcache fs_bc;  /* fs_lock */
 	struct shoal_journal fs_j;  /* fs_lock */
+	struct dx_index fs_dx;      /* fs_lock */
 	struct shoal_rgd *fs_rgds;  /* fs_lock */
 	uint32_t fs_rgcount;
 	uint32_t fs_rg_alloc;       /* fs_lock: group to allocate from next */
@@ -229,6 +250,28 @@ void jnl_release(struct shoal_fs *fs);
  * (committed, or covered by a fast commit) */
 int jnl_durable(struct shoal_fs *fs, uint64_t seq, uint64_t mod);
 
+/* Write n blocks sorted by address, runs of adjacent ones in one write
+ * each; item() gives block i's bytes and address, or NULL to skip it. */
+int jnl_write_sorted(struct shoal_fs *fs, uint32_t n,
+		     const uint8_t *(*item)(void *arg, uint32_t i, uint64_t *blkno), void *arg);
+
+/* dindex.c: the dirty-block index (its invariants at the top of the file) */
+int dx_init(struct shoal_fs *fs, int on);
+void dx_destroy(struct shoal_fs *fs);
+void dx_drop_all(struct shoal_fs *fs);
+struct dx_entry *dx_find(struct shoal_fs *fs, uint64_t blkno);
+/* len bytes at byte inblk of block blkno go to its entry (made if needed) */
+int dx_write(struct shoal_fs *fs, uint64_t blkno, uint32_t inblk, const void *src, size_t len);
+/* After a device write of [devoff, +len): entries in it take the bytes,
+ * from mem, or read back from the device when mem is NULL. */
+int dx_absorb(struct shoal_fs *fs, uint64_t devoff, size_t len, const void *mem);
+/* Blocks blkno..blkno+n-1 were freed: their entries go, unwritten. */
+void dx_forget(struct shoal_fs *fs, uint64_t blkno, uint64_t n);
+/* Write every entry home (not flushed) and empty the index. */
+int dx_writeback(struct shoal_fs *fs);
+/* A fast commit logged every entry's changed granules. */
+void dx_logged(struct shoal_fs *fs);
+
 /* rgrp.c */
 int rg_load(struct shoal_fs *fs);
 void rg_destroy(struct shoal_fs *fs);
@@ -315,7 +358,10 @@ ssize_t file_write(struct shoal_fs *fs, struct shoal_inode *ip, const void *buf,
 		   uint64_t off);
 int file_truncate(struct shoal_fs *fs, struct shoal_inode *ip, uint64_t size);
 uint64_t file_max_bytes(struct shoal_fs *fs);
-/* The pieces holding [off, off+size) (clamped to the file): *pvp malloc'd. */
+/* The pieces holding [off, off+size) (clamped to the file): *pvp malloc'd;
+ * a piece in memory other than zeros (file_is_zeros) is valid only while
+ * fs_lock is held (inline data, a block of the dirty-block index). */
+int file_is_zeros(const void *mem);
 int file_map(struct shoal_fs *fs, struct shoal_inode *ip, size_t size, uint64_t off,
 	     struct shoal_piece **pvp, unsigned *np, size_t *total);
 ssize_t file_write_fn(struct shoal_fs *fs, struct shoal_inode *ip, shoal_write_fn fn, void *arg,

@@ -24,11 +24,18 @@
  *      that were read, not made, each keeps b_snap, its image as last
  *      logged (by a full commit or a fast commit); jnl_fast_commit() logs
  *      what differs from b_snap, for all of them, in one block with one
- *      flush, then takes the snapshots again.  Replay applies each such
- *      block in log order on top of what precedes it, and the
- *      transaction's own full commit, later in the log, supersedes them.
- *      A fast-commit block never follows data written into new blocks
- *      (j_ordered), so ordered data holds.
+ *      flush, then takes the snapshots again; with them go the granules
+ *      of the dirty-block index (dindex.c) changed since the last one, as
+ *      data records.  Replay holds a transaction's fast-commit blocks back
+ *      and applies them, in log order, only when the transaction's own
+ *      commit is not in the log: the commit supersedes them.  A
+ *      fast-commit block never follows data written into new blocks
+ *      (j_ordered), so ordered data holds;
+ *  (7) a full commit first writes every block of the dirty-block index
+ *      home and flushes before its log blocks (as ordered data), so the
+ *      data its superseded fast commits carried is on the device first,
+ *      and no data record older than a commit is ever replayed over newer
+ *      data written in place after it.
  *
  * Position p of the log (1 .. j_blocks-1) is block j_addr + p.
  */
@@ -163,6 +170,8 @@ int jnl_recover(struct shoal_fs *fs, uint32_t index, uint32_t *replayed)
 	uint32_t bs = fs->fs_bsize, cap, pos, head, scanned = 0, ntx = 0, nfc = 0;
 	uint64_t addr, seq, *homes = NULL;
 	uint8_t *imgs = NULL, *desc = NULL;
+	struct meta_fc_held held = {0};
+	int fcdata = (fs->fs_sb.sb_feat_incompat & SHOAL_FEAT_INCOMPAT_FCDATA) != 0;
 	int err;
 
 	err = jhead_read(fs, index, &jh, &addr);
@@ -193,17 +202,16 @@ int jnl_recover(struct shoal_fs *fs, uint32_t index, uint32_t *replayed)
 			if (dev_read(fs->fs_dev, desc, bs, daddr << fs->fs_bshift))
 				goto replay_done;
 			if (used == 0 && ld->ld_header.mh_type == SHOAL_MT_LFAST) {
-				/* a fast-commit block of transaction seq (6) */
-				if (meta_fc_valid(desc, bs, daddr, seq, fs->fs_sb.sb_blocks))
+				/* a fast-commit block of transaction seq (6): held
+				 * back until we know whether its commit follows */
+				if (meta_fc_valid(desc, bs, daddr, seq, fs->fs_sb.sb_blocks, fcdata))
 					goto replay_done;
-				err = meta_fc_replay(desc, bs, imgs,
-						     &(struct meta_fc_io){fc_read, fc_write, fc_bad, fs});
+				err = meta_fc_hold(&held, pos);
 				if (err)
 					goto out_free;
 				pos = log_next(&jt, pos);
 				scanned++;
 				head = pos;
-				nfc++;
 				continue;
 			}
 			if (meta_check(desc, bs, SHOAL_MT_LDESC, daddr) || ld->ld_header.mh_seq != seq ||
@@ -235,8 +243,19 @@ int jnl_recover(struct shoal_fs *fs, uint32_t index, uint32_t *replayed)
 		head = pos;
 		seq++;
 		ntx++;
+		held.fh_n = 0; /* superseded by the commit just replayed */
 	}
 replay_done:
+	/* the last transaction's commit is not in the log: its fast commits count */
+	for (uint32_t i = 0; i < held.fh_n; i++) {
+		err = dev_read(fs->fs_dev, desc, bs, (addr + held.fh_pos[i]) << fs->fs_bshift);
+		if (!err)
+			err = meta_fc_replay(desc, bs, imgs,
+					     &(struct meta_fc_io){fc_read, fc_write, fc_bad, fs});
+		if (err)
+			goto out_free;
+		nfc++;
+	}
 	if (ntx + nfc > 0) {
 		struct shoal_journal jw = {.j_index = index, .j_addr = addr, .j_tail = head,
 					   .j_tail_seq = seq};
@@ -247,6 +266,7 @@ replay_done:
 			err = dev_flush(fs->fs_dev);
 	}
 out_free:
+	free(held.fh_pos);
 	free(homes);
 	free(imgs);
 	free(desc);
@@ -301,6 +321,11 @@ int trans_begin_alloc(struct shoal_fs *fs, uint32_t nblocks, uint64_t nalloc)
 	pend = nalloc ? rg_pending_total(fs) : 0;
 	if (pend && rg_free_total(fs) - pend < nalloc + 64) {
 		err = jnl_checkpoint(fs);
+		if (err)
+			return err;
+	}
+	if (fs->fs_dx.dx_count + 2 > fs->fs_dx.dx_max) {
+		err = jnl_commit(fs); /* dindex.c (4): its blocks go home */
 		if (err)
 			return err;
 	}
@@ -400,10 +425,22 @@ int jnl_commit(struct shoal_fs *fs)
 	uint8_t *log;
 	int err;
 
-	if (j->j_tcount == 0)
+	if (j->j_tcount == 0 && !fs->fs_dx.dx_count)
 		return 0;
 	if (fs->fs_ro)
 		return -EROFS;
+	if (fs->fs_dx.dx_count) {
+		/* (7): data the fast commits carry goes home first, flushed
+		 * before the commit that supersedes them */
+		err = dx_writeback(fs);
+		if (err) {
+			fs_error(fs, "writeback of logged data failed: %s", strerror(-err));
+			return err;
+		}
+		j->j_ordered = 1;
+	}
+	if (j->j_tcount == 0)
+		return 0;
 	list = malloc(sizeof(*list) * j->j_tcount);
 	if (!list)
 		return -ENOMEM;
@@ -494,6 +531,51 @@ int jnl_commit(struct shoal_fs *fs)
 	return 0;
 }
 
+/* Append one record to a fast-commit block; -ENOSPC: it does not fit. */
+static int fc_put(struct shoal_fs *fs, uint8_t *blk, uint64_t blkno, uint32_t off, uint32_t len,
+		  const uint8_t *bytes, uint32_t flags)
+{
+	struct shoal_lfast *fc = (void *)blk;
+	struct shoal_lfrec *r;
+
+	if (len > 65535 || SHOAL_LFAST_REC_OFF + fc->fc_bytes + SHOAL_LFREC_SIZE(len) > fs->fs_bsize)
+		return -ENOSPC;
+	r = (void *)(blk + SHOAL_LFAST_REC_OFF + fc->fc_bytes);
+	r->fr_blkno = blkno;
+	r->fr_off = (uint16_t)off;
+	r->fr_len = (uint16_t)len;
+	r->fr_flags = flags;
+	memcpy(r + 1, bytes, len);
+	fc->fc_bytes += SHOAL_LFREC_SIZE(len);
+	fc->fc_count++;
+	return 0;
+}
+
+/* Append the granules of the index changed since the last fast commit. */
+static int fc_add_data(struct shoal_fs *fs, uint8_t *blk)
+{
+	struct dx_index *dx = &fs->fs_dx;
+	uint32_t g = dx->dx_gshift, ng = fs->fs_bsize >> g;
+
+	for (struct dx_entry *e = dx->dx_head.de_next; e != &dx->dx_head; e = e->de_next) {
+		for (uint32_t i = 0; i < ng;) {
+			uint32_t k = i;
+			if (!(e->de_unlogged >> i & 1)) {
+				i++;
+				continue;
+			}
+			while (k < ng && (e->de_unlogged >> k & 1))
+				k++;
+			int err = fc_put(fs, blk, e->de_blkno, i << g, (k - i) << g,
+					 e->de_data + (i << g), SHOAL_FR_DATA);
+			if (err)
+				return err;
+			i = k;
+		}
+	}
+	return 0;
+}
+
 /*
  * Append to a fast-commit block the ranges where b differs from its
  * snapshot (the header excluded: replay recomputes the CRC); runs of fewer
@@ -501,7 +583,6 @@ int jnl_commit(struct shoal_fs *fs)
  */
 static int fc_add_ranges(struct shoal_fs *fs, uint8_t *blk, const struct shoal_buf *b)
 {
-	struct shoal_lfast *fc = (void *)blk;
 	uint32_t bs = fs->fs_bsize, i = sizeof(struct shoal_mh);
 
 	while (i < bs) {
@@ -513,16 +594,9 @@ static int fc_add_ranges(struct shoal_fs *fs, uint8_t *blk, const struct shoal_b
 		for (uint32_t k = i + 1; k < bs && k - last <= 16 && k - i < 65535; k++)
 			if (b->b_data[k] != b->b_snap[k])
 				last = k;
-		uint32_t len = last - i + 1;
-		if (SHOAL_LFAST_REC_OFF + fc->fc_bytes + SHOAL_LFREC_SIZE(len) > bs)
-			return -ENOSPC;
-		struct shoal_lfrec *r = (void *)(blk + SHOAL_LFAST_REC_OFF + fc->fc_bytes);
-		r->fr_blkno = b->b_blkno;
-		r->fr_off = (uint16_t)i;
-		r->fr_len = (uint16_t)len;
-		memcpy(r + 1, b->b_data + i, len);
-		fc->fc_bytes += SHOAL_LFREC_SIZE(len);
-		fc->fc_count++;
+		int err = fc_put(fs, blk, b->b_blkno, i, last - i + 1, b->b_data + i, 0);
+		if (err)
+			return err;
 		i = last + 1;
 	}
 	return 0;
@@ -545,6 +619,8 @@ static int jnl_fast_commit(struct shoal_fs *fs)
 		return -EAGAIN;
 	for (b = j->j_trans; b && !err; b = b->b_tnext)
 		err = !b->b_snap || (b->b_flags & BUF_STALE) ? -EAGAIN : fc_add_ranges(fs, blk, b);
+	if (!err)
+		err = fc_add_data(fs, blk);
 	if (err) {
 		free(blk);
 		return -EAGAIN;
@@ -570,6 +646,7 @@ static int jnl_fast_commit(struct shoal_fs *fs)
 		/* the next fast commit logs what changes from here on */
 		for (b = j->j_trans; b; b = b->b_tnext)
 			memcpy(b->b_snap, b->b_data, fs->fs_bsize);
+		dx_logged(fs);
 	}
 	free(blk);
 	j->j_fc_mod = j->j_mod;
@@ -601,8 +678,8 @@ static int cmp_blkno(const void *a, const void *b)
 	return x->b_blkno < y->b_blkno ? -1 : x->b_blkno > y->b_blkno;
 }
 
-/* Write sorted buffers home, runs of adjacent blocks in one write each. */
-static int write_home(struct shoal_fs *fs, struct shoal_buf **list, uint32_t n)
+int jnl_write_sorted(struct shoal_fs *fs, uint32_t n,
+		     const uint8_t *(*item)(void *arg, uint32_t i, uint64_t *blkno), void *arg)
 {
 	const uint32_t maxrun = 256;
 	uint32_t bs = fs->fs_bsize;
@@ -612,21 +689,30 @@ static int write_home(struct shoal_fs *fs, struct shoal_buf **list, uint32_t n)
 	if (!stage)
 		return -ENOMEM;
 	for (uint32_t i = 0; i < n && !err;) {
+		uint64_t first, blk = 0;
+		const uint8_t *data = item(arg, i, &first);
 		uint32_t run = 0;
-		if (list[i]->b_flags & BUF_STALE) {
+		if (!data) {
 			i++;
 			continue;
 		}
-		while (i + run < n && run < maxrun && !(list[i + run]->b_flags & BUF_STALE) &&
-		       list[i + run]->b_blkno == list[i]->b_blkno + run) {
-			memcpy(stage + (size_t)run * bs, list[i + run]->b_data, bs);
+		do {
+			memcpy(stage + (size_t)run * bs, data, bs);
 			run++;
-		}
-		err = dev_write(fs->fs_dev, stage, (size_t)run * bs, list[i]->b_blkno << fs->fs_bshift);
+			data = i + run < n && run < maxrun ? item(arg, i + run, &blk) : NULL;
+		} while (data && blk == first + run);
+		err = dev_write(fs->fs_dev, stage, (size_t)run * bs, first << fs->fs_bshift);
 		i += run;
 	}
 	free(stage);
 	return err;
+}
+
+static const uint8_t *buf_item(void *arg, uint32_t i, uint64_t *blkno)
+{
+	struct shoal_buf *b = ((struct shoal_buf **)arg)[i];
+	*blkno = b->b_blkno;
+	return b->b_flags & BUF_STALE ? NULL : b->b_data;
 }
 
 int jnl_checkpoint(struct shoal_fs *fs)
@@ -646,7 +732,7 @@ int jnl_checkpoint(struct shoal_fs *fs)
 		for (b = j->j_ckpt.b_cnext; b != &j->j_ckpt; b = b->b_cnext)
 			list[n++] = b;
 		qsort(list, n, sizeof(*list), cmp_blkno);
-		err = write_home(fs, list, n);
+		err = jnl_write_sorted(fs, n, buf_item, list);
 		if (!err)
 			err = dev_flush(fs->fs_dev);
 		if (err) {
@@ -695,6 +781,7 @@ void jnl_release(struct shoal_fs *fs)
 	}
 	j->j_trans = NULL;
 	j->j_tcount = 0;
+	dx_drop_all(fs);
 	while (j->j_ckpt.b_cnext && j->j_ckpt.b_cnext != &j->j_ckpt) {
 		b = j->j_ckpt.b_cnext;
 		b->b_flags &= ~BUF_PINNED;

@@ -20,6 +20,7 @@
 
 #include <assert.h>
 #include <errno.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "crc32c.h"
@@ -149,7 +150,7 @@ int meta_fc_next(const void *block, uint32_t *cursor, const struct shoal_lfrec *
 }
 
 int meta_fc_valid(const void *block, uint32_t bsize, uint64_t daddr, uint64_t seq,
-		  uint64_t nblocks)
+		  uint64_t nblocks, int data_ok)
 {
 	const struct shoal_lfast *fc = block;
 	const struct shoal_lfrec *r;
@@ -166,9 +167,11 @@ int meta_fc_valid(const void *block, uint32_t bsize, uint64_t daddr, uint64_t se
 		if (at + sizeof(*r) > SHOAL_LFAST_REC_OFF + fc->fc_bytes)
 			return -EUCLEAN;
 		meta_fc_next(block, &cur, &r, &d);
+		int data = r->fr_flags == SHOAL_FR_DATA;
 		if (cur > SHOAL_LFAST_REC_OFF + fc->fc_bytes || r->fr_blkno == 0 ||
-		    r->fr_blkno >= nblocks || r->fr_len == 0 || r->fr_off < sizeof(struct shoal_mh) ||
-		    (uint32_t)r->fr_off + r->fr_len > bsize || r->fr_pad)
+		    r->fr_blkno >= nblocks || r->fr_len == 0 ||
+		    (!data && r->fr_off < sizeof(struct shoal_mh)) ||
+		    (uint32_t)r->fr_off + r->fr_len > bsize || (r->fr_flags && !(data && data_ok)))
 			return -EUCLEAN;
 		n++;
 	}
@@ -218,6 +221,14 @@ int meta_fc_replay(const void *block, uint32_t bsize, uint8_t *tmp,
 		err = io->fi_read(io->fi_arg, r->fr_blkno, tmp);
 		if (err)
 			return err;
+		if (r->fr_flags & SHOAL_FR_DATA) {
+			/* file data: no header, no checksum */
+			meta_fc_apply(block, r->fr_blkno, tmp);
+			err = io->fi_write(io->fi_arg, r->fr_blkno, tmp);
+			if (err)
+				return err;
+			continue;
+		}
 		if (meta_check(tmp, bsize, 0, r->fr_blkno)) {
 			if (io->fi_bad)
 				io->fi_bad(io->fi_arg, r->fr_blkno);
@@ -229,5 +240,19 @@ int meta_fc_replay(const void *block, uint32_t bsize, uint8_t *tmp,
 		if (err)
 			return err;
 	}
+	return 0;
+}
+
+int meta_fc_hold(struct meta_fc_held *h, uint32_t pos)
+{
+	if (h->fh_n == h->fh_cap) {
+		uint32_t cap = h->fh_cap ? h->fh_cap * 2 : 64;
+		uint32_t *p = realloc(h->fh_pos, sizeof(*p) * cap);
+		if (!p)
+			return -ENOMEM;
+		h->fh_pos = p;
+		h->fh_cap = cap;
+	}
+	h->fh_pos[h->fh_n++] = pos;
 	return 0;
 }

@@ -43,7 +43,8 @@ int meta_dirents_split(uint8_t *area, uint32_t *used, uint8_t *dst, uint32_t *ds
  * Fast-commit blocks (FORMAT.md 11.4), for replay by core/journal.c and
  * fsck.shoal alike.  meta_fc_valid: the block read from log address daddr
  * is a valid fast-commit block of sequence seq whose records all lie inside
- * it and name blocks 1..nblocks-1 (0, or -EUCLEAN).  meta_fc_next walks the
+ * it and name blocks 1..nblocks-1 (0, or -EUCLEAN); data records
+ * (SHOAL_FR_DATA) only if data_ok (SHOAL_FEAT_INCOMPAT_FCDATA).  meta_fc_next walks the
  * records of a valid block (*cursor starts at 0; 1 while there is one).
  * meta_fc_first: rec is the first record of its home block (replay reads,
  * patches and writes each home block once, at its first record).
@@ -54,7 +55,7 @@ struct shoal_lfrec;
 /* Bytes of a fast-commit block written and covered by its CRC. */
 uint32_t meta_fc_span(uint32_t fc_bytes, uint32_t bsize);
 int meta_fc_valid(const void *block, uint32_t bsize, uint64_t daddr, uint64_t seq,
-		  uint64_t nblocks);
+		  uint64_t nblocks, int data_ok);
 int meta_fc_next(const void *block, uint32_t *cursor, const struct shoal_lfrec **rec,
 		 const uint8_t **data);
 int meta_fc_first(const void *block, const struct shoal_lfrec *rec);
@@ -63,7 +64,8 @@ void meta_fc_apply(const void *block, uint64_t blkno, uint8_t *home);
 /*
  * Replay a valid fast-commit block (FORMAT.md 11.3 step 2): each home block
  * it names is read into tmp (bsize bytes), patched, sealed with a new CRC
- * and written back, once.  A home block that is not valid metadata at its
+ * and written back, once (a data record's block: patched only).  A home
+ * block of metadata records that is not valid metadata at its
  * address is left alone and reported to fi_bad (may be NULL): the ranges
  * were taken against a valid image.  Returns 0 or what fi_read/fi_write
  * returned.  core/journal.c and fsck.shoal each bring their own I/O.
@@ -76,5 +78,19 @@ struct meta_fc_io {
 };
 int meta_fc_replay(const void *block, uint32_t bsize, uint8_t *tmp,
 		   const struct meta_fc_io *io);
+
+/*
+ * Replay holds a transaction's fast-commit blocks back until it knows
+ * whether the transaction's commit follows them in the log (then they are
+ * superseded and dropped: the commit carries every dinode they name, and
+ * the data they carry was written home before it) or not (then they are
+ * applied, in log order, once the log ends): FORMAT.md 11.3.
+ * meta_fc_hold notes the log position of one (-ENOMEM).
+ */
+struct meta_fc_held {
+	uint32_t *fh_pos;
+	uint32_t fh_n, fh_cap;
+};
+int meta_fc_hold(struct meta_fc_held *h, uint32_t pos);
 
 #endif

@@ -1155,7 +1155,7 @@ static ssize_t do_read_direct(struct shoal_fs *fs, uint64_t ino, size_t size, ui
 	struct shoal_piece *pv = NULL;
 	unsigned np = 0;
 	size_t total = 0;
-	uint8_t inl[SHOAL_MAX_BSIZE];
+	uint8_t *mem = NULL;
 	ssize_t n;
 	int fd = dev_fd(fs->fs_dev);
 
@@ -1171,17 +1171,26 @@ static ssize_t do_read_direct(struct shoal_fs *fs, uint64_t ino, size_t size, ui
 	else
 		n = file_map(fs, ip, size, off, &pv, &np, &total);
 	if (!n) {
-		const uint8_t *payload = ip->i_bh->b_data + SHOAL_DI_PAYLOAD_OFF;
+		/* inline data and blocks of the dirty-block index change under
+		 * fs_lock: copied while it is held */
+		size_t copy = 0;
 		for (unsigned i = 0; i < np; i++) {
-			const uint8_t *m = pv[i].sv_mem;
-			if (!m)
+			if (!pv[i].sv_mem)
 				dev_account(fs->fs_dev, 0, pv[i].sv_len);
-			else if (m >= payload && m < payload + SHOAL_DI_PAYLOAD(fs->fs_bsize)) {
-				memcpy(inl, m, pv[i].sv_len);
-				pv[i].sv_mem = inl;
+			else if (!file_is_zeros(pv[i].sv_mem))
+				copy += pv[i].sv_len;
+		}
+		if (copy && !(mem = malloc(copy)))
+			n = -ENOMEM;
+		for (unsigned i = 0, at = 0; i < np && mem; i++) {
+			if (pv[i].sv_mem && !file_is_zeros(pv[i].sv_mem)) {
+				memcpy(mem + at, pv[i].sv_mem, pv[i].sv_len);
+				pv[i].sv_mem = mem + at;
+				at += (unsigned)pv[i].sv_len;
 			}
 		}
-		update_atime(fs, ip, flags);
+		if (!n)
+			update_atime(fs, ip, flags);
 	}
 	UNLOCK(fs);
 	if (!n) {
@@ -1190,6 +1199,7 @@ static ssize_t do_read_direct(struct shoal_fs *fs, uint64_t ino, size_t size, ui
 			n = (ssize_t)total;
 	}
 	pthread_rwlock_unlock(&ip->i_iolock);
+	free(mem);
 	free(pv);
 	io_put(fs, ip);
 	return n;
@@ -1329,6 +1339,8 @@ static int zero_range(struct shoal_fs *fs, struct shoal_inode *ip, uint64_t off,
 			if (!z)
 				return -ENOMEM;
 			err = dev_write(fs->fs_dev, z, chunk, (pblk << fs->fs_bshift) + in);
+			if (!err)
+				err = dx_absorb(fs, (pblk << fs->fs_bshift) + in, chunk, z);
 			free(z);
 			if (err)
 				return err;

@@ -327,6 +327,7 @@ uint32_t rg_peek_after(struct shoal_fs *fs, uint64_t blk, uint32_t n, uint64_t *
 
 int rg_free(struct shoal_fs *fs, uint64_t blkno, uint32_t n)
 {
+	dx_forget(fs, blkno, n); /* a freed block's data is never written home */
 	while (n) {
 		struct shoal_rgd *rd = rg_of(fs, blkno);
 		struct shoal_buf *b;

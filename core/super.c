@@ -323,6 +323,13 @@ int shoal_mount(struct shoal_dev *dev, const struct shoal_mount_opts *opts,
 	err = bc_init(fs);
 	if (err)
 		goto out_free;
+	err = dx_init(fs, !fs->fs_ro && (fs->fs_sb.sb_feat_incompat &
+						 (SHOAL_FEAT_INCOMPAT_FASTCOMMIT |
+						  SHOAL_FEAT_INCOMPAT_FCDATA)) ==
+						(SHOAL_FEAT_INCOMPAT_FASTCOMMIT |
+						 SHOAL_FEAT_INCOMPAT_FCDATA));
+	if (err)
+		goto out_bc;
 	fs->fs_jid = slot;
 	fs->fs_cluster = fs->fs_lm->lm_cluster;
 	if (fs->fs_cluster) {
@@ -396,6 +403,7 @@ out_rg:
 	rg_destroy(fs);
 out_bc:
 	gl_stop(fs);
+	dx_destroy(fs);
 	bc_destroy(fs);
 out_free:
 	gl_destroy(fs);
@@ -506,6 +514,7 @@ int shoal_unmount(struct shoal_fs *fs)
 	fs->fs_lm->lm_unmount(fs);
 	pthread_mutex_unlock(&fs->fs_lock);
 	rg_destroy(fs);
+	dx_destroy(fs);
 	bc_destroy(fs);
 	dev_close(fs->fs_dev);
 	pthread_mutex_destroy(&fs->fs_lock);

@@ -34,6 +34,7 @@ struct jscan {
 	uint32_t js_pos;    /* log position of the next transaction */
 	uint64_t js_seq;    /* its expected sequence */
 	uint32_t js_scanned; /* log blocks consumed by valid transactions */
+	struct meta_fc_held js_held; /* fast-commit blocks of transaction js_seq */
 };
 
 static uint32_t log_next(const struct jscan *js, uint32_t pos)
@@ -77,15 +78,17 @@ static int64_t tx_walk(struct fsck *f, struct jscan *js, uint8_t *desc, uint8_t 
 		if (blk_read(f, daddr, desc))
 			return -EIO;
 		if (used == 0 && ld->ld_header.mh_type == SHOAL_MT_LFAST) {
-			/* a fast-commit block: one log block, the sequence stays */
-			if (meta_fc_valid(desc, f->f_bsize, daddr, js->js_seq, f->f_blocks))
+			/* a fast-commit block: one log block, the sequence
+			 * stays; applied only if no commit of it follows */
+			if (meta_fc_valid(desc, f->f_bsize, daddr, js->js_seq, f->f_blocks,
+					  (f->f_sb.sb_feat_incompat & SHOAL_FEAT_INCOMPAT_FCDATA) != 0))
 				return 0;
 			if (apply) {
-				/* a bad home block is left to the checks of pass 2 */
-				int err = meta_fc_replay(desc, f->f_bsize, img,
-							 &(struct meta_fc_io){fc_read, fc_write, NULL, f});
-				if (err)
+				int err = meta_fc_hold(&js->js_held, pos);
+				if (err) {
+					fsck_operr(f, "journal replay", err);
 					return err;
+				}
 				js->js_pos = log_next(js, pos);
 				js->js_scanned++;
 			}
@@ -122,8 +125,24 @@ static int64_t tx_walk(struct fsck *f, struct jscan *js, uint8_t *desc, uint8_t 
 		js->js_pos = pos;
 		js->js_seq++;
 		js->js_scanned += used;
+		js->js_held.fh_n = 0; /* superseded by this commit */
 	}
 	return used;
+}
+
+/* The fast-commit blocks of a transaction whose commit is not in the log,
+ * in log order (a bad home block is left to the checks of pass 2). */
+static int fc_apply_held(struct fsck *f, struct jscan *js, uint8_t *desc, uint8_t *img)
+{
+	for (uint32_t i = 0; i < js->js_held.fh_n; i++) {
+		int err = blk_read(f, js->js_addr + js->js_held.fh_pos[i], desc);
+		if (!err)
+			err = meta_fc_replay(desc, f->f_bsize, img,
+					     &(struct meta_fc_io){fc_read, fc_write, NULL, f});
+		if (err)
+			return err;
+	}
+	return 0;
 }
 
 static int jhead_write(struct fsck *f, uint32_t j, uint64_t addr, uint64_t tail, uint64_t seq,
@@ -187,15 +206,23 @@ static int journal_check(struct fsck *f, uint32_t j, uint8_t *head, uint8_t *des
 	js.js_seq = jh->jh_tail_seq;
 	for (;;) {
 		int64_t n = tx_walk(f, &js, desc, img, 0);
-		if (n < 0)
+		if (n < 0) {
+			free(js.js_held.fh_pos);
 			return (int)n;
+		}
 		if (n == 0)
 			break;
 		n = tx_walk(f, &js, desc, img, 1);
-		if (n <= 0)
+		if (n <= 0) {
+			free(js.js_held.fh_pos);
 			return n < 0 ? (int)n : -EIO; /* the log changed under us */
+		}
 		ntx++;
 	}
+	err = fc_apply_held(f, &js, desc, img);
+	free(js.js_held.fh_pos);
+	if (err)
+		return err;
 	if (ntx == 0 && (jh->jh_flags & SHOAL_JH_CLEAN))
 		return 0;
 	if (!f->f_yes || f->f_ro_feat) {

@@ -72,7 +72,11 @@ struct shoal_mh {
 /* The journal may hold fast-commit blocks (FORMAT.md 11.4): a program that
  * cannot replay them would stop at the first one and lose what follows. */
 #define SHOAL_FEAT_INCOMPAT_FASTCOMMIT 0x1ull
-#define SHOAL_FEAT_INCOMPAT_SUPP SHOAL_FEAT_INCOMPAT_FASTCOMMIT
+/* fast-commit blocks may carry file data (records with SHOAL_FR_DATA), and
+ * replay applies a transaction's fast-commit blocks only when its commit
+ * is not in the log (FORMAT.md 11.4) */
+#define SHOAL_FEAT_INCOMPAT_FCDATA 0x2ull
+#define SHOAL_FEAT_INCOMPAT_SUPP (SHOAL_FEAT_INCOMPAT_FASTCOMMIT | SHOAL_FEAT_INCOMPAT_FCDATA)
 #define SHOAL_FEAT_RO_COMPAT_SUPP 0ull
 
 struct shoal_sb {
@@ -295,10 +299,13 @@ struct shoal_lfast {
 
 struct shoal_lfrec {
 	uint64_t fr_blkno; /* home block */
-	uint16_t fr_off;   /* first byte of the range, >= 32 (never the header) */
+	uint16_t fr_off;   /* first byte of the range, >= 32 (never the header)
+			    * unless SHOAL_FR_DATA */
 	uint16_t fr_len;   /* bytes, >= 1; the range lies inside the block */
-	uint32_t fr_pad;   /* 0 */
+	uint32_t fr_flags; /* 0, or SHOAL_FR_DATA */
 };
+/* the home block is file data (no header, no checksum): FCDATA only */
+#define SHOAL_FR_DATA 0x1u
 #define SHOAL_LFREC_SIZE(len) (16u + (((uint32_t)(len) + 7u) & ~7u))
 
 _Static_assert(sizeof(struct shoal_mh) == 32, "mh");

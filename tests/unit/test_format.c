@@ -104,7 +104,8 @@ static void verify_sb(struct shoal_dev *dev, const struct expect *ex, uint8_t *b
 	assert_int_equal(sb->sb_flags, 0);
 	assert_int_equal(sb->sb_blocks, ex->ex_blocks);
 	assert_int_equal(sb->sb_feat_compat, 0);
-	assert_int_equal(sb->sb_feat_incompat, SHOAL_FEAT_INCOMPAT_FASTCOMMIT);
+	assert_int_equal(sb->sb_feat_incompat,
+			 SHOAL_FEAT_INCOMPAT_FASTCOMMIT | SHOAL_FEAT_INCOMPAT_FCDATA);
 	assert_int_equal(sb->sb_feat_ro_compat, 0);
 	assert_false(all_zero(sb->sb_uuid, 16));
 	assert_int_equal(sb->sb_uuid[6] >> 4, 4); /* random (version 4) uuid */

@@ -1265,6 +1265,106 @@ static void test_fast_commit(void **state)
 	tu_rmimage(base);
 }
 
+/*
+ * (f) The dirty-block index (core/dindex.c): an fsync'ed small overwrite
+ * costs one device write (the fast-commit block, carrying the data) and
+ * one flush; reads see the data before it is home; the next full commit
+ * writes each dirty block home once (wb_visited == wb_written == blocks);
+ * a block written in place after that commit keeps its newer bytes after a
+ * power cut (the commit supersedes the fast commit that carried the old
+ * ones: FORMAT.md 11.3); a truncate drops the index's blocks past the end.
+ */
+static void test_dirty_index(void **state)
+{
+	char *base = base_image(), *img = tu_tmpimage(IMG_SIZE);
+	struct shoal_counters c0, c1;
+	struct fmount m;
+	struct stat st;
+	static uint8_t data[65536], buf[65536];
+	uint64_t ino;
+
+	(void)state;
+	copy_image(base, img);
+	mount_fault(img, &m, &no_faults);
+	struct shoal_fs *fs = m.fm_fs;
+	assert_int_equal(shoal_create(fs, &ctx, shoal_root(fs), "dx", 0644, O_RDWR, &st), 0);
+	ino = st.st_ino;
+	pattern(data, sizeof(data), 11);
+	assert_int_equal(shoal_write(fs, &ctx, ino, data, sizeof(data), 0, O_RDWR),
+			 (ssize_t)sizeof(data));
+	assert_int_equal(shoal_fsync(fs, ino, 0), 0);
+
+	/* small overwrites of blocks 0, 1 and 2, several into block 1 */
+	static const uint32_t offs[] = { 512, 4096 + 100, 8192, 4096 + 3000, 4096 };
+	for (unsigned i = 0; i < sizeof(offs) / sizeof(offs[0]); i++) {
+		pattern(data + offs[i], 700, 200 + i);
+		shoal_counters(fs, &c0);
+		assert_int_equal(shoal_write(fs, &ctx, ino, data + offs[i], 700, offs[i], O_RDWR), 700);
+		shoal_counters(fs, &c1);
+		assert_int_equal(c1.sc_dev_writes - c0.sc_dev_writes, 0); /* not in place */
+		assert_int_equal(shoal_read(fs, ino, buf, sizeof(buf), 0, O_RDONLY),
+				 (ssize_t)sizeof(buf));
+		assert_memory_equal(buf, data, sizeof(buf)); /* read from the index */
+		assert_int_equal(shoal_fsync(fs, ino, 1), 0);
+		shoal_counters(fs, &c1);
+		assert_int_equal(c1.sc_dev_writes - c0.sc_dev_writes, 1);
+		assert_int_equal(c1.sc_dev_flushes - c0.sc_dev_flushes, 1);
+		assert_int_equal(c1.sc_fast_commits - c0.sc_fast_commits, 1);
+		assert_int_equal(c1.sc_commits - c0.sc_commits, 0);
+	}
+	/* a new file's fsync is a full commit: the three blocks go home */
+	shoal_counters(fs, &c0);
+	mk(fs, shoal_root(fs), "other", 100, 1);
+	assert_int_equal(shoal_fsync(fs, shoal_root(fs), 0), 0);
+	shoal_counters(fs, &c1);
+	assert_int_equal(c1.sc_commits - c0.sc_commits, 1);
+	assert_int_equal(c1.sc_wb_visited - c0.sc_wb_visited, 3);
+	assert_int_equal(c1.sc_wb_written - c0.sc_wb_written, 3);
+
+	/* block 1 written in place (a whole block: not indexed), fdatasync'ed:
+	 * the fast commit that carried its old bytes must not come back */
+	pattern(data + 4096, 4096, 300);
+	shoal_counters(fs, &c0);
+	assert_int_equal(shoal_write(fs, &ctx, ino, data + 4096, 4096, 4096, O_RDWR), 4096);
+	shoal_counters(fs, &c1);
+	assert_int_equal(c1.sc_dev_writes - c0.sc_dev_writes, 1);
+	assert_int_equal(shoal_fsync(fs, ino, 1), 0);
+
+	/* block 10 indexed, then the file cut to 8 KiB and grown again: its
+	 * entry goes with the block, and the range reads as zeros */
+	pattern(data + 40960, 100, 400);
+	assert_int_equal(shoal_write(fs, &ctx, ino, data + 40960, 100, 40960, O_RDWR), 100);
+	struct stat a = { .st_size = 8192 }, out;
+	assert_int_equal(shoal_setattr(fs, &ctx, ino, &a, SHOAL_SET_SIZE, &out), 0);
+	a.st_size = sizeof(data);
+	assert_int_equal(shoal_setattr(fs, &ctx, ino, &a, SHOAL_SET_SIZE, &out), 0);
+	memset(data + 8192, 0, sizeof(data) - 8192);
+	/* and a last small write, fsync'ed by a fast commit only */
+	pattern(data + 100, 50, 500);
+	assert_int_equal(shoal_write(fs, &ctx, ino, data + 100, 50, 100, O_RDWR), 50);
+	shoal_counters(fs, &c0);
+	assert_int_equal(shoal_fsync(fs, ino, 0), 0);
+	shoal_counters(fs, &c1);
+	assert_int_equal(shoal_read(fs, ino, buf, sizeof(buf), 0, O_RDONLY), (ssize_t)sizeof(buf));
+	assert_memory_equal(buf, data, sizeof(buf));
+	crash(&m, 0); /* every unflushed write is lost */
+	fsck_clean(img, "dirty index: after the power cut");
+
+	fs = mount_plain(img, SHOAL_NOATIME);
+	ino = lookup_in(fs, shoal_root(fs), "dx");
+	assert_int_equal(shoal_getattr(fs, ino, &st), 0);
+	assert_int_equal(st.st_size, sizeof(data));
+	assert_int_equal(shoal_read(fs, ino, buf, sizeof(buf), 0, O_RDONLY), (ssize_t)sizeof(buf));
+	for (size_t i = 0; i < sizeof(buf); i += 512)
+		if (memcmp(buf + i, data + i, 512))
+			fail_msg("after the power cut: bytes %zu..%zu differ from what fsync acknowledged",
+				 i, i + 511);
+	tc_check_tree(fs, 1);
+	assert_int_equal(shoal_unmount(fs), 0);
+	tu_rmimage(img);
+	tu_rmimage(base);
+}
+
 /* Raw comparison of two images outside the journals. */
 static void expect_same_blocks(const char *a, const char *b, const char *what)
 {
@@ -1620,6 +1720,7 @@ int main(void)
 		cmocka_unit_test(test_replay_idempotent),
 		cmocka_unit_test(test_fsync_after_evict),
 		cmocka_unit_test(test_fast_commit),
+		cmocka_unit_test(test_dirty_index),
 		cmocka_unit_test(test_eio_journal_write),
 		cmocka_unit_test(test_eio_journal_flush),
 		cmocka_unit_test(test_eio_data_write),
