@@ -9,7 +9,7 @@
 
 The run mode creates directories and files of random sizes (0..300 KiB),
 renames (to new names and over existing files), unlinks, appends,
-truncates and overwrites, and fsyncs a random subset: the file, then its
+truncates and overwrites (also bursts of small fdatasync'ed ones), and fsyncs a random subset: the file, then its
 directory.  The log is opened line-buffered and fsync'ed after each line on
 the host filesystem, so a line that is in it was written before whatever
 followed.  Lines:
@@ -146,7 +146,7 @@ class Run:
             return
         content = self.files[p]
         self.log.emit("WRITE", p)
-        kind = self.rnd.randrange(3)
+        kind = self.rnd.randrange(4)
         if kind == 0:  # append
             buf = self.data(self.rnd.randrange(1, 64 << 10))
             with open(p, "ab") as f:
@@ -159,6 +159,21 @@ class Run:
                 del content[size:]
             else:
                 content += bytes(size - len(content))
+        elif kind == 3 and content:
+            # small overwrites, each fdatasync'ed (the dirty-block index:
+            # the data waits in memory and rides in the fast commit)
+            fd = os.open(p, os.O_WRONLY)
+            try:
+                for _ in range(self.rnd.randrange(1, 7)):
+                    off = self.rnd.randrange(len(content))
+                    buf = self.data(self.rnd.randrange(1, 2048))
+                    os.pwrite(fd, buf, off)
+                    if off + len(buf) > len(content):
+                        content += bytes(off + len(buf) - len(content))
+                    content[off:off + len(buf)] = buf
+                    os.fdatasync(fd)
+            finally:
+                os.close(fd)
         else:  # overwrite in place
             off = self.rnd.randrange(len(content) + 1)
             buf = self.data(self.rnd.randrange(1, 64 << 10))
