@@ -230,7 +230,7 @@ static void *commit_thread(void *arg)
 		pthread_cond_timedwait(&fs->fs_commit_cond, &fs->fs_lock, &ts);
 		if (fs->fs_stopping || fs->fs_ro)
 			continue;
-		if (fs->fs_j.j_tcount)
+		if (fs->fs_j.j_tcount || fs->fs_dx.dx_count)
 			jnl_commit(fs);
 		if (fs->fs_j.j_used > (fs->fs_j.j_blocks - 1) / 2 ||
 		    (fs->fs_cluster && fs->fs_j.j_ckpt_count))
