@@ -281,11 +281,12 @@ struct shoal_ldesc {
 
 /*
  * Fast-commit block (FORMAT.md 11.4): the byte ranges of metadata blocks
- * that changed since they were last logged, written in one log block with
- * one flush.  Its mh_seq is the sequence of the running (not yet committed)
+ * that changed since they were last logged (and, with FCDATA, of file data
+ * waiting in the dirty-block index), written in one log block with one
+ * flush.  Its mh_seq is the sequence of the running (not yet committed)
  * transaction; several may precede that transaction's commit, each holding
- * what changed since the one before, and replay applies them in log order
- * on top of the home blocks as replayed so far.  Records follow from
+ * what changed since the one before; replay applies them in log order, and
+ * only when the commit of that sequence is not in the log (FORMAT.md 11.3).  Records follow from
  * SHOAL_LFAST_REC_OFF, each 16 bytes of struct shoal_lfrec, then fr_len
  * bytes, padded with zeros to a multiple of 8.
  */
