@@ -65,6 +65,9 @@ def mm_rows():
             rows.append(("%s_n%d_ops_s" % (mode, n), "  N=%d: iterations per second" % n,
                          1, "%.0f", []))
         for n in (1, 2, 4):
+            rows.append(("%s_n%d_faults" % (mode, n), "  N=%d: page faults (all processes)" % n,
+                         1, "%.0f", []))
+        for n in (1, 2, 4):
             rows.append(("%s_n%d_rd_bytes" % (mode, n), "  N=%d: device MiB read (loop)" % n,
                          MIB, "%.1f", []))
         for n in (1, 2, 4):

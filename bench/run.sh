@@ -905,6 +905,7 @@ wl_mmread() {
 			sample "$fs" "$work/mm1" "${mnts[0]}"
 			emit "$fs" "$r" "${mode}_n${n}_wall_s" "$(field "$o" wall_s)"
 			emit "$fs" "$r" "${mode}_n${n}_ops_s" "$(field "$o" ops_s)"
+			emit "$fs" "$r" "${mode}_n${n}_faults" "$(field "$o" faults)"
 			emit_delta "$fs" "$r" "${mode}_n${n}_rd_bytes" "$work/mm0" "$work/mm1" loop_rd_bytes
 			line+=" $mode/N=$n $(field "$o" wall_s)s"
 			if is_cluster "$fs"; then
