@@ -96,6 +96,26 @@ for i in range(10):
     want("size on B", 3000, os.stat(B + "/inplace").st_size)
 ')"
 
+check_eq "small fdatasync'ed overwrites on A (kept in A's dirty-block index): B reads each at once, then C writes one and A reads it" OK "$(xp '
+import random
+r = random.Random(7)
+data = bytearray(r.randbytes(256 * 1024))
+fd = os.open(A + "/dx", os.O_RDWR | os.O_CREAT, 0o644)
+os.write(fd, data); os.fsync(fd)
+for i in range(30):
+    off = r.randrange(len(data) - 2000); b = r.randbytes(r.randrange(1, 2000))
+    os.pwrite(fd, b, off); data[off:off + len(b)] = b
+    os.fdatasync(fd)
+    if i % 5 == 4:
+        want("B after %d small writes of A" % (i + 1), bytes(data), rd(B + "/dx"))
+os.close(fd)
+fd = os.open(C + "/dx", os.O_RDWR)
+os.pwrite(fd, b"C" * 100, 5000); os.fdatasync(fd); os.close(fd)
+data[5000:5100] = b"C" * 100
+want("A after C wrote", bytes(data), rd(A + "/dx"))
+want("B after C wrote", bytes(data), rd(B + "/dx"))
+')"
+
 head -c $((8 << 20)) /dev/urandom >"$ref/big"
 cp "$ref/big" "$A/big"
 check "8 MiB file written on A: B reads it byte for byte" cmp -s "$ref/big" "$B/big"
