@@ -767,6 +767,11 @@ double smount_entry_ttl(void)
 	return smount_entry_timeout;
 }
 
+double smount_entry_attr_ttl(void)
+{
+	return smount_cluster ? 0 : SMOUNT_TIMEOUT;
+}
+
 static void inval_start(struct smount *sm)
 {
 	pthread_mutex_lock(&inval_lock);

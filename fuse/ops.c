@@ -20,7 +20,9 @@
  *      once, so the kernel's lookup counts and libshoal's never drift;
  *  (5) no op calls back into libshoal from inside a libshoal callback
  *      (readdirplus collects the names first and looks them up afterwards);
- *  (6) the kernel caches attributes for SMOUNT_TIMEOUT, entries (positive
+ *  (6) the kernel caches attributes for SMOUNT_TIMEOUT (in a cluster
+ *      those of an entry reply for no time, smount_entry_attr_ttl(), and a
+ *      cluster uses no readdirplus: op_init), entries (positive
  *      and negative) for smount_entry_ttl(), and file pages across opens
  *      (keep_cache).  With one node that is correct because everything that
  *      changes the filesystem passes through this kernel mount; in a
@@ -97,6 +99,28 @@ static void caller_begin(fuse_req_t req)
 	shoal_caller_set(&ctx);
 }
 
+/*
+ * Test hook (t_cluster_attr_race.sh): SHOAL_TEST_REPLY_DELAY_MS=N in the
+ * environment of shoal-mount delays every reply that hands the kernel
+ * attributes (attr, entry, create, readdirplus) by N ms after libshoal
+ * returned, i.e. after the operation's glock holds ended: the window in
+ * which another node can take the glock before the kernel has the reply.
+ */
+static long reply_delay_ms = -1;
+
+static void reply_delay(void)
+{
+	long ms = __atomic_load_n(&reply_delay_ms, __ATOMIC_RELAXED);
+
+	if (ms < 0) {
+		const char *v = getenv("SHOAL_TEST_REPLY_DELAY_MS");
+		ms = v ? strtol(v, NULL, 10) : 0;
+		__atomic_store_n(&reply_delay_ms, ms > 0 ? ms : 0, __ATOMIC_RELAXED);
+	}
+	if (ms > 0)
+		usleep((useconds_t)ms * 1000);
+}
+
 static int fill_entry(struct shoal_fs *fs, const struct stat *st, struct fuse_entry_param *e)
 {
 	int ret;
@@ -107,8 +131,9 @@ static int fill_entry(struct shoal_fs *fs, const struct stat *st, struct fuse_en
 		return ret;
 	e->generation = shoal_generation(fs, (uint64_t)st->st_ino);
 	e->attr = *st;
-	e->attr_timeout = SMOUNT_TIMEOUT;
+	e->attr_timeout = smount_entry_attr_ttl();
 	e->entry_timeout = smount_entry_ttl();
+	reply_delay();
 	return 0;
 }
 
@@ -171,10 +196,12 @@ static void reply_dir_entry(fuse_req_t req, int ret, const struct stat *st, fuse
 
 static void reply_attr(fuse_req_t req, int ret, const struct stat *st)
 {
-	if (ret < 0)
+	if (ret < 0) {
 		fuse_reply_err(req, -ret);
-	else
-		fuse_reply_attr(req, st, SMOUNT_TIMEOUT);
+		return;
+	}
+	reply_delay();
+	fuse_reply_attr(req, st, SMOUNT_TIMEOUT);
 }
 
 /* --- connection ------------------------------------------------------- */
@@ -206,6 +233,18 @@ static void op_init(void *userdata, struct fuse_conn_info *conn)
 	conn->want &= ~(FUSE_CAP_WRITEBACK_CACHE | FUSE_CAP_AUTO_INVAL_DATA |
 			FUSE_CAP_ATOMIC_O_TRUNC | FUSE_CAP_HANDLE_KILLPRIV |
 			FUSE_CAP_EXPORT_SUPPORT | FUSE_CAP_POSIX_ACL);
+	/*
+	 * No readdirplus in a cluster: the kernel stamps the names a
+	 * readdirplus reply gives it with the epoch current when it reads the
+	 * reply, not when it sent the request (a lookup's or create's), so an
+	 * epoch sent meanwhile (another node changed the directory after this
+	 * node listed it: main.c epoch_write) would not cover them, and a name
+	 * unlinked elsewhere stayed in this kernel for entry_timeout
+	 * (t_cluster_attr_race.sh).  Plain readdir, then a lookup per name
+	 * used, which the epoch covers.
+	 */
+	if (smount_cluster)
+		conn->want &= ~(FUSE_CAP_READDIRPLUS | FUSE_CAP_READDIRPLUS_AUTO);
 	conn->time_gran = 1;
 }
 

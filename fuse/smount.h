@@ -24,6 +24,18 @@ extern int smount_cluster;
  * epoch_write): 0, every path walk asks this node, unless entry_timeout=
  * said otherwise (names are then also invalidated one by one). */
 double smount_entry_ttl(void);
+/*
+ * The attribute lifetime of an entry reply (lookup, create, mknod, mkdir,
+ * symlink, link, readdirplus): SMOUNT_TIMEOUT with one node, 0 in a
+ * cluster.  shoal replies after the operation's glock holds ended, so
+ * another node may take the glock, and this node tell the kernel to drop
+ * the inode's attributes, before the kernel has the reply; for an inode the
+ * kernel did not have yet, the notification finds nothing and the kernel
+ * then takes the reply's attributes as they are (it checks attr_version
+ * only against an inode it had).  With no lifetime its next use asks
+ * again (getattr, which that check covers).  main.c.
+ */
+double smount_entry_attr_ttl(void);
 /* Largest write (and read) request: the kernel then uses 256-page requests. */
 #define SMOUNT_MAX_WRITE (1u << 20)
 /* Writes at least this big are spliced to the device, not copied. */
