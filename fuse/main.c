@@ -745,7 +745,8 @@ static void epoch_probe(struct smount *sm)
  * inval_inode, and a lost conversion: mo_inval_now): the inode's
  * attributes (FUSE_NOTIFY_INVAL_INODE with a negative offset: attributes
  * only, no page, so the kernel takes no lock for it either; its next use
- * asks shoal, and new attributes drop the pages, auto_inval_data) and for
+ * asks shoal, and new attributes drop the pages if the size changed: no
+ * auto_inval_data, docs/LOCKING.md) and for
  * a directory the epoch.  The page cache notification of mo_inval, which
  * can block, may have given up before; these cannot block.  The caller
  * may be serving a request, so one thread of its own sends them, and the
