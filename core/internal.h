@@ -244,6 +244,10 @@ int jnl_commit(struct shoal_fs *fs);
  * dinodes (journal.c (6)), else a commit. */
 int jnl_sync(struct shoal_fs *fs);
 int jnl_checkpoint(struct shoal_fs *fs);
+/* Write home (and flush) the logged, committed buffers of one metadata
+ * type, leaving them pinned and the log as it is: a cluster's resource
+ * group headers, for other nodes' statfs.  Nothing if a transaction runs. */
+int jnl_write_home_type(struct shoal_fs *fs, uint16_t type);
 int jnl_mark_clean(struct shoal_fs *fs, int clean);
 void jnl_release(struct shoal_fs *fs);
 /* Is a change made in transaction seq as change number mod durable?

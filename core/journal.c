@@ -715,6 +715,30 @@ static const uint8_t *buf_item(void *arg, uint32_t i, uint64_t *blkno)
 	return b->b_flags & BUF_STALE ? NULL : b->b_data;
 }
 
+int jnl_write_home_type(struct shoal_fs *fs, uint16_t type)
+{
+	struct shoal_journal *j = &fs->fs_j;
+	struct shoal_buf *b, **list;
+	uint32_t n = 0;
+	int err;
+
+	/* only committed images: nothing may be changed in memory and not logged */
+	if (fs->fs_ro || j->j_tcount || !j->j_ckpt_count)
+		return 0;
+	list = malloc(sizeof(*list) * j->j_ckpt_count);
+	if (!list)
+		return -ENOMEM;
+	for (b = j->j_ckpt.b_cnext; b != &j->j_ckpt; b = b->b_cnext)
+		if (((const struct shoal_mh *)b->b_data)->mh_type == type)
+			list[n++] = b;
+	qsort(list, n, sizeof(*list), cmp_blkno);
+	err = n ? jnl_write_sorted(fs, n, buf_item, list) : 0;
+	if (!err && n)
+		err = dev_flush(fs->fs_dev);
+	free(list);
+	return err;
+}
+
 int jnl_checkpoint(struct shoal_fs *fs)
 {
 	struct shoal_journal *j = &fs->fs_j;

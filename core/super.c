@@ -232,9 +232,11 @@ static void *commit_thread(void *arg)
 			continue;
 		if (fs->fs_j.j_tcount || fs->fs_dx.dx_count)
 			jnl_commit(fs);
-		if (fs->fs_j.j_used > (fs->fs_j.j_blocks - 1) / 2 ||
-		    (fs->fs_cluster && fs->fs_j.j_ckpt_count))
-			jnl_checkpoint(fs); /* cluster: other nodes' statfs reads home */
+		if (fs->fs_j.j_used > (fs->fs_j.j_blocks - 1) / 2)
+			jnl_checkpoint(fs);
+		else if (fs->fs_cluster)
+			/* other nodes' statfs reads the group headers at home */
+			jnl_write_home_type(fs, SHOAL_MT_RG);
 	}
 	pthread_mutex_unlock(&fs->fs_lock);
 	return NULL;
