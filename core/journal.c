@@ -715,26 +715,49 @@ static const uint8_t *buf_item(void *arg, uint32_t i, uint64_t *blkno)
 	return b->b_flags & BUF_STALE ? NULL : b->b_data;
 }
 
-int jnl_write_home_type(struct shoal_fs *fs, uint16_t type)
+/*
+ * Write home and flush the buffers of the checkpoint list (of one metadata
+ * type, or all with type 0), sorted, adjacent ones in one write; they stay
+ * pinned.  *listp (malloc'd, sorted, *np of them) is the caller's to free.
+ */
+static int ckpt_write_home(struct shoal_fs *fs, uint16_t type, struct shoal_buf ***listp,
+			   uint32_t *np)
 {
 	struct shoal_journal *j = &fs->fs_j;
 	struct shoal_buf *b, **list;
 	uint32_t n = 0;
-	int err;
+	int err = 0;
 
-	/* only committed images: nothing may be changed in memory and not logged */
-	if (fs->fs_ro || j->j_tcount || !j->j_ckpt_count)
+	*listp = NULL;
+	*np = 0;
+	if (!j->j_ckpt_count)
 		return 0;
 	list = malloc(sizeof(*list) * j->j_ckpt_count);
 	if (!list)
 		return -ENOMEM;
 	for (b = j->j_ckpt.b_cnext; b != &j->j_ckpt; b = b->b_cnext)
-		if (((const struct shoal_mh *)b->b_data)->mh_type == type)
+		if (!type || ((const struct shoal_mh *)b->b_data)->mh_type == type)
 			list[n++] = b;
 	qsort(list, n, sizeof(*list), cmp_blkno);
-	err = n ? jnl_write_sorted(fs, n, buf_item, list) : 0;
+	if (n)
+		err = jnl_write_sorted(fs, n, buf_item, list);
 	if (!err && n)
 		err = dev_flush(fs->fs_dev);
+	*listp = list;
+	*np = n;
+	return err;
+}
+
+int jnl_write_home_type(struct shoal_fs *fs, uint16_t type)
+{
+	struct shoal_buf **list;
+	uint32_t n;
+	int err;
+
+	/* only committed images: nothing may be changed in memory and not logged */
+	if (fs->fs_ro || fs->fs_j.j_tcount)
+		return 0;
+	err = ckpt_write_home(fs, type, &list, &n);
 	free(list);
 	return err;
 }
@@ -749,21 +772,12 @@ int jnl_checkpoint(struct shoal_fs *fs)
 	err = jnl_commit(fs);
 	if (err)
 		return err;
-	if (j->j_ckpt_count) {
-		list = malloc(sizeof(*list) * j->j_ckpt_count);
-		if (!list)
-			return -ENOMEM;
-		for (b = j->j_ckpt.b_cnext; b != &j->j_ckpt; b = b->b_cnext)
-			list[n++] = b;
-		qsort(list, n, sizeof(*list), cmp_blkno);
-		err = jnl_write_sorted(fs, n, buf_item, list);
-		if (!err)
-			err = dev_flush(fs->fs_dev);
-		if (err) {
-			free(list);
+	err = ckpt_write_home(fs, 0, &list, &n);
+	if (err) {
+		free(list);
+		if (err != -ENOMEM)
 			fs_error(fs, "checkpoint failed: %s", strerror(-err));
-			return err;
-		}
+		return err;
 	}
 	j->j_tail = j->j_head;
 	j->j_tail_seq = j->j_seq;
