@@ -419,7 +419,8 @@ static void unlock_now(struct shoal_fs *fs, struct glock *gl)
 	 * attributes and names go, now that no hold can be granted (no fs_lock
 	 * here to tell a directory from a file) */
 	if (gl->gl_type == GL_INODE && fs->fs_opts.mo_inval_now)
-		fs->fs_opts.mo_inval_now(fs->fs_opts.mo_inval_arg, gl->gl_number, -1);
+		fs->fs_opts.mo_inval_now(fs->fs_opts.mo_inval_arg, gl->gl_number, -1,
+					 __atomic_load_n(&gl->gl_krefs, __ATOMIC_ACQUIRE) > 0);
 	gt->gt_lm->lm_unlock(fs, gl);
 	pthread_mutex_lock(&gt->gt_mutex);
 	gl->gl_flags &= ~GLF_INFLIGHT;
@@ -722,10 +723,11 @@ int gl_hold(struct shoal_fs *fs, uint32_t type, uint64_t number, int state)
 int gl_hold_many(struct shoal_fs *fs, const struct gl_want *w, int n, int nhold)
 {
 	struct gl_table *gt = fs->fs_gl;
-	struct glock *req[16];
-	int states[16], prevs[16], got[16], tried[16] = {0}, nreq = 0, err = 0;
+	struct glock *req[GL_MANY_MAX];
+	int states[GL_MANY_MAX], prevs[GL_MANY_MAX], got[GL_MANY_MAX], tried[GL_MANY_MAX] = {0};
+	int nreq = 0, err = 0;
 
-	if (n < 0 || n > 16 || nhold > n)
+	if (n < 0 || n > GL_MANY_MAX || nhold > n)
 		return -EINVAL;
 	if (__atomic_load_n(&fs->fs_dev->d_fenced, __ATOMIC_RELAXED))
 		return -EIO;

@@ -55,7 +55,7 @@ static void inval_inode(struct shoal_fs *fs, struct glock *gl)
 	if (!ip)
 		return; /* not in memory: the kernel does not have it */
 	fs->fs_opts.mo_inval_now(fs->fs_opts.mo_inval_arg, gl->gl_number,
-				 S_ISDIR(ip_di(ip)->di_mode));
+				 S_ISDIR(ip_di(ip)->di_mode), ip->i_nlookup > 0);
 	inode_put(fs, ip);
 }
 

@@ -273,6 +273,13 @@ static void inode_evict(struct shoal_fs *fs, struct shoal_inode *ip)
 	free(ip);
 }
 
+void inode_lookups(struct shoal_inode *ip, uint64_t n)
+{
+	ip->i_nlookup = n;
+	if (ip->i_gl)
+		__atomic_store_n(&ip->i_gl->gl_krefs, n, __ATOMIC_RELEASE);
+}
+
 void inode_put(struct shoal_fs *fs, struct shoal_inode *ip)
 {
 	if (!ip)

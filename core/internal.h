@@ -74,7 +74,7 @@ struct shoal_rgd {
 struct shoal_inode {
 	uint64_t i_ino;
 	struct shoal_buf *i_bh; /* dinode buffer, referenced while in memory */
-	uint64_t i_nlookup;     /* FUSE lookup count */
+	uint64_t i_nlookup;     /* FUSE lookup count (inode_lookups) */
 	uint32_t i_open;        /* open file handles */
 	uint32_t i_ref;         /* references held by running operations */
 	uint64_t i_meta_seq;    /* last transaction that changed this inode */
@@ -312,6 +312,8 @@ int rg_reap_unlinked(struct shoal_fs *fs, uint32_t *reaped);
 /* inode.c */
 int inode_get(struct shoal_fs *fs, uint64_t ino, struct shoal_inode **out);
 void inode_put(struct shoal_fs *fs, struct shoal_inode *ip);
+/* Set ip->i_nlookup (fs_lock) and its mirror in the inode glock, gl_krefs. */
+void inode_lookups(struct shoal_inode *ip, uint64_t n);
 /* The in-memory inode, referenced, or NULL: never reads the disk. */
 struct shoal_inode *inode_find(struct shoal_fs *fs, uint64_t ino);
 /* want: the dinode block (from rg_peek, its glock held EX), 0: any */

@@ -109,6 +109,10 @@ struct glock {
 	uint32_t gl_hold_ms;     /* minimum hold time now (adaptive) */
 	uint64_t gl_released_ns; /* when it was last given back */
 	uint8_t gl_lvb[32];   /* lock value block */
+	/* inode glock: its in-memory inode's i_nlookup, readable without
+	 * fs_lock (atomic; inode_lookups): the kernel has, or is about to
+	 * have, the inode while it is not 0 */
+	uint64_t gl_krefs;
 	/* statistics (shoal glstats) */
 	uint64_t gl_dcnt;     /* lock module requests (acquisitions, conversions) */
 	uint64_t gl_req_sh;   /* ... of which for SH */
@@ -136,7 +140,7 @@ struct lm_ops {
 	/* ask for state (or convert down to it); returns the state granted or
 	 * -errno (-EAGAIN: a try failed).  Called without fs_lock. */
 	int (*lm_lock)(struct shoal_fs *fs, struct glock *gl, int state, int flags);
-	/* optional: lm_lock for n glocks at once (n <= 16, one round trip),
+	/* optional: lm_lock for n glocks at once (n <= GL_MANY_MAX, one round trip),
 	 * results[i] as lm_lock's; 0 or -errno for the whole call */
 	int (*lm_lock_many)(struct shoal_fs *fs, struct glock **gls, const int *states, int flags,
 			    int n, int *results);
@@ -164,12 +168,13 @@ void gl_destroy(struct shoal_fs *fs);
  */
 int gl_hold(struct shoal_fs *fs, uint32_t type, uint64_t number, int state);
 /*
- * gl_hold for the first nhold of n glocks (n <= 16), in order, asking the
+ * gl_hold for the first nhold of n glocks (n <= GL_MANY_MAX), in order, asking the
  * lock module for every one this node holds nothing of in one round trip.
  * Each of those is tried for gw_state; the held ones are held in at least
  * gw_least (<= gw_state), with a try of its own if the first one failed.
  * The others are only asked for: their grants stay cached for later holds.
  */
+#define GL_MANY_MAX 64 /* = LKC_BATCH_MAX: one lock-module round trip */
 struct gl_want {
 	uint32_t gw_type;
 	uint64_t gw_number;

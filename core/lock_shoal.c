@@ -112,10 +112,10 @@ static int shoal_lock(struct shoal_fs *fs, struct glock *gl, int state, int flag
 static int shoal_lock_many(struct shoal_fs *fs, struct glock **gls, const int *states, int flags,
 			   int n, int *results)
 {
-	struct lkc_lockreq r[16];
+	struct lkc_lockreq r[LKC_BATCH_MAX];
 	int err;
 
-	if (n < 0 || n > 16)
+	if (n < 0 || n > LKC_BATCH_MAX)
 		return -EINVAL;
 	for (int i = 0; i < n; i++)
 		r[i] = (struct lkc_lockreq){

@@ -105,7 +105,7 @@ static int hold_open(struct shoal_fs *fs, uint64_t ino)
  * blocks after this one in a group it holds, so no other node can make
  * them meanwhile): a series of creates costs one round trip per NEW_AHEAD.
  */
-#define NEW_AHEAD 8
+#define NEW_AHEAD 32
 
 static int hold_new(struct shoal_fs *fs, uint64_t ino)
 {
@@ -209,7 +209,7 @@ static int do_lookup(struct shoal_fs *fs, uint64_t parent, const char *name, str
 			err = -EIO; /* entry points at something that is not an inode */
 		goto out;
 	}
-	ip->i_nlookup++;
+	inode_lookups(ip, ip->i_nlookup + 1);
 	inode_stat(fs, ip, st);
 	inode_put(fs, ip);
 out:
@@ -247,7 +247,7 @@ static int do_forget(struct shoal_fs *fs, uint64_t ino, uint64_t nlookup, int no
 		if (!left && !ip->i_open)
 			err = last_ref_refresh(fs, ip, nohold);
 		if (!err)
-			ip->i_nlookup = left;
+			inode_lookups(ip, left);
 		inode_put(fs, ip);
 	}
 	UNLOCK(fs);
@@ -559,7 +559,7 @@ out_dp:
 
 static int finish_node(struct shoal_fs *fs, struct shoal_inode *ip, struct stat *st)
 {
-	ip->i_nlookup++;
+	inode_lookups(ip, ip->i_nlookup + 1);
 	inode_stat(fs, ip, st);
 	inode_put(fs, ip);
 	return 0;
@@ -691,7 +691,7 @@ static int do_link(struct shoal_fs *fs, uint64_t ino, uint64_t newparent, const 
 	inode_dirty(fs, ip, 1);
 	ip_di(ip)->di_nlink++;
 	inode_touch(ip, 0, 0, 1);
-	ip->i_nlookup++;
+	inode_lookups(ip, ip->i_nlookup + 1);
 	inode_stat(fs, ip, st);
 out_dp:
 	inode_put(fs, dp);

@@ -367,7 +367,7 @@ int shoal_mount(struct shoal_dev *dev, const struct shoal_mount_opts *opts,
 		err = -EIO;
 		goto out_rg;
 	}
-	root->i_nlookup++; /* pinned for the mount's lifetime */
+	inode_lookups(root, root->i_nlookup + 1); /* pinned for the mount's lifetime */
 	inode_put(fs, root);
 	if (!fs->fs_ro) {
 		pthread_mutex_lock(&fs->fs_lock);
@@ -460,13 +460,13 @@ int shoal_unmount(struct shoal_fs *fs)
 			for (struct shoal_inode *ip = fs->fs_ihash[i]; ip; ip = ip->i_hnext) {
 				if (ip_di(ip)->di_nlink == 0 && fs->fs_norphans < 100000) {
 					ip->i_open = 0;
-					ip->i_nlookup = 0;
+					inode_lookups(ip, 0);
 				} else if (ip->i_free_wanted && ip->i_ref == 0) {
 					/* unlinked by another node (its copy
 					 * here is old): freed under its locks
 					 * if it is still UNLINKED */
 					ip->i_open = 0;
-					ip->i_nlookup = 0;
+					inode_lookups(ip, 0);
 					inode_queue_orphan(fs, ip->i_ino);
 				}
 			}
@@ -498,7 +498,7 @@ int shoal_unmount(struct shoal_fs *fs)
 					inode_destroy(fs, ip);
 					ip->i_ref--;
 					ip->i_open = 0;
-					ip->i_nlookup = 0;
+					inode_lookups(ip, 0);
 					ip->i_ref = 1;
 					inode_put(fs, ip);
 				}

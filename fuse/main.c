@@ -573,6 +573,7 @@ enum { IJ_CACHES, IJ_NOW };
 struct inval_job {
 	int ij_kind;
 	int ij_epoch; /* IJ_NOW: the inode is a directory and the epoch works */
+	int ij_held;  /* IJ_NOW: libshoal handed the kernel references to it */
 	fuse_ino_t ij_ids[INVAL_IDS];
 	size_t ij_nids;
 	int ij_done, ij_abandoned;
@@ -594,6 +595,96 @@ static struct smount *inval_sm; /* inval_lock */
 
 static int epoch_write(struct fuse_session *se);
 
+/*
+ * Node ids whose FORGET is being served (op_forget, ops.c): a handful at a
+ * time, one per worker thread at most.  forget_lock.
+ */
+#define FORGETS_MAX 64
+static pthread_mutex_t forget_lock = PTHREAD_MUTEX_INITIALIZER;
+static uint64_t forgets[FORGETS_MAX];
+static uint32_t forget_counts[FORGETS_MAX];
+
+void smount_forget_begin(uint64_t ino)
+{
+	pthread_mutex_lock(&forget_lock);
+	for (int i = 0, free_i = -1; i <= FORGETS_MAX; i++) {
+		if (i == FORGETS_MAX) {
+			if (free_i >= 0) {
+				forgets[free_i] = ino;
+				forget_counts[free_i] = 1;
+			} /* else full: now_retry just waits longer */
+			break;
+		}
+		if (forget_counts[i] && forgets[i] == ino) {
+			forget_counts[i]++;
+			break;
+		}
+		if (!forget_counts[i] && free_i < 0)
+			free_i = i;
+	}
+	pthread_mutex_unlock(&forget_lock);
+}
+
+void smount_forget_end(uint64_t ino)
+{
+	pthread_mutex_lock(&forget_lock);
+	for (int i = 0; i < FORGETS_MAX; i++)
+		if (forget_counts[i] && forgets[i] == ino) {
+			forget_counts[i]--;
+			break;
+		}
+	pthread_mutex_unlock(&forget_lock);
+}
+
+static int forget_pending(uint64_t ino)
+{
+	int found = 0;
+
+	pthread_mutex_lock(&forget_lock);
+	for (int i = 0; i < FORGETS_MAX && !found; i++)
+		found = forget_counts[i] && forgets[i] == ino;
+	pthread_mutex_unlock(&forget_lock);
+	return found;
+}
+
+/*
+ * The kernel does not know fino, yet libshoal handed it references it has
+ * not given back: an entry reply is on its way (fuse/ops.c replies after
+ * the glock holds ended), and the kernel would take its attributes with
+ * their lifetime after this notification found nothing.  Tell it again
+ * until it has the inode, or a FORGET of it is being served (the kernel
+ * dropped it: ENOENT is the truth), or NOW_RETRY_MS passed (a FORGET not
+ * read from /dev/fuse yet, or a reply the kernel never took; said on
+ * stderr).  Longer than the caller waits (NOW_WAIT_MS): the caller goes
+ * on, this thread keeps trying.  smount_entry_attr_ttl.
+ */
+#define NOW_RETRY_MS 2000
+
+static void now_retry(struct fuse_session *se, fuse_ino_t fino)
+{
+	struct timespec t0, t;
+	long us = 20;
+	int r = -ENOENT;
+
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	while (r == -ENOENT && !forget_pending((uint64_t)fino)) {
+		clock_gettime(CLOCK_MONOTONIC, &t);
+		if ((t.tv_sec - t0.tv_sec) * 1000 + (t.tv_nsec - t0.tv_nsec) / 1000000 >=
+		    NOW_RETRY_MS) {
+			fprintf(stderr,
+				PROG ": inode %llu: the kernel took no reply for it in %d ms; "
+				     "its attributes here may be stale until another node "
+				     "takes its lock again\n",
+				(unsigned long long)fino, NOW_RETRY_MS);
+			return;
+		}
+		usleep((useconds_t)us);
+		if (us < 1000)
+			us *= 2;
+		r = fuse_lowlevel_notify_inval_inode(se, fino, -1, 0);
+	}
+}
+
 /* inval_lock held; releases it meanwhile */
 static void inval_run(struct smount *sm, const struct inval_job *j)
 {
@@ -607,7 +698,9 @@ static void inval_run(struct smount *sm, const struct inval_job *j)
 	for (size_t k = 0; k < j->ij_nids; k++) {
 		fuse_ino_t fino = j->ij_ids[k];
 		if (j->ij_kind == IJ_NOW) {
-			fuse_lowlevel_notify_inval_inode(se, fino, -1, 0);
+			int r = fuse_lowlevel_notify_inval_inode(se, fino, -1, 0);
+			if (r == -ENOENT && j->ij_held && j->ij_nids == 1)
+				now_retry(se, fino);
 			continue;
 		}
 		n = names_take(fino, &names);
@@ -653,7 +746,7 @@ static void *inval_thread(void *arg)
 /* Tell the kernel about ino (its node ids) on q's threads, waiting at most
  * wait_ms for them. */
 static void inval_submit(struct smount *sm, struct inval_queue *q, int kind, uint64_t ino,
-			 int epoch, long wait_ms)
+			 int epoch, int held, long wait_ms)
 {
 	struct inval_job *j = calloc(1, sizeof(*j));
 	struct timespec ts;
@@ -662,6 +755,7 @@ static void inval_submit(struct smount *sm, struct inval_queue *q, int kind, uin
 		return;
 	j->ij_kind = kind;
 	j->ij_epoch = epoch;
+	j->ij_held = held;
 	if (ino == shoal_root(sm->sm_fs)) {
 		j->ij_ids[j->ij_nids++] = FUSE_ROOT_ID;
 	} else {
@@ -696,7 +790,7 @@ static void inval_submit(struct smount *sm, struct inval_queue *q, int kind, uin
 
 static void smount_inval(void *arg, uint64_t ino)
 {
-	inval_submit(arg, &iq, IJ_CACHES, ino, 0, INVAL_WAIT_MS);
+	inval_submit(arg, &iq, IJ_CACHES, ino, 0, 0, INVAL_WAIT_MS);
 }
 
 /*
@@ -754,10 +848,10 @@ static void epoch_probe(struct smount *sm)
  */
 #define NOW_WAIT_MS 1000
 
-static void smount_inval_now(void *arg, uint64_t ino, int isdir)
+static void smount_inval_now(void *arg, uint64_t ino, int isdir, int held)
 {
 	inval_submit(arg, &nq, IJ_NOW, ino, isdir && __atomic_load_n(&epoch_works, __ATOMIC_ACQUIRE),
-		     NOW_WAIT_MS);
+		     held, NOW_WAIT_MS);
 }
 
 double smount_entry_ttl(void)
@@ -768,9 +862,9 @@ double smount_entry_ttl(void)
 	return smount_entry_timeout;
 }
 
-double smount_entry_attr_ttl(void)
+double smount_entry_attr_ttl(int trusted, int isdir)
 {
-	return smount_cluster ? 0 : SMOUNT_TIMEOUT;
+	return smount_cluster && (!trusted || isdir) ? 0 : SMOUNT_TIMEOUT;
 }
 
 static void inval_start(struct smount *sm)

@@ -21,8 +21,9 @@
  *  (5) no op calls back into libshoal from inside a libshoal callback
  *      (readdirplus collects the names first and looks them up afterwards);
  *  (6) the kernel caches attributes for SMOUNT_TIMEOUT (in a cluster
- *      those of an entry reply for no time, smount_entry_attr_ttl(), and a
- *      cluster uses no readdirplus: op_init), entries (positive
+ *      those of a link reply and a directory's entry for no time,
+ *      smount_entry_attr_ttl(), and a cluster uses no readdirplus:
+ *      op_init), entries (positive
  *      and negative) for smount_entry_ttl(), and file pages across opens
  *      (keep_cache).  With one node that is correct because everything that
  *      changes the filesystem passes through this kernel mount; in a
@@ -121,7 +122,9 @@ static void reply_delay(void)
 		usleep((useconds_t)ms * 1000);
 }
 
-static int fill_entry(struct shoal_fs *fs, const struct stat *st, struct fuse_entry_param *e)
+/* trusted: see smount_entry_attr_ttl (0 for link) */
+static int fill_entry(struct shoal_fs *fs, const struct stat *st, struct fuse_entry_param *e,
+		      int trusted)
 {
 	int ret;
 
@@ -131,29 +134,41 @@ static int fill_entry(struct shoal_fs *fs, const struct stat *st, struct fuse_en
 		return ret;
 	e->generation = shoal_generation(fs, (uint64_t)st->st_ino);
 	e->attr = *st;
-	e->attr_timeout = smount_entry_attr_ttl();
+	e->attr_timeout = smount_entry_attr_ttl(trusted, S_ISDIR(st->st_mode));
 	e->entry_timeout = smount_entry_ttl();
 	reply_delay();
 	return 0;
 }
 
 /*
+ * Give back n lookup references of node id fino (the kernel's FORGET, or
+ * a reply it never received): main.c knows meanwhile that the kernel does
+ * not have them (smount_forget_begin).
+ */
+static void give_back(struct shoal_fs *fs, fuse_ino_t fino, uint64_t n)
+{
+	smount_forget_begin((uint64_t)fino);
+	shoal_forget(fs, ino_in(fs, fino), n);
+	smount_forget_end((uint64_t)fino);
+}
+
+/*
  * Reply to a request that took a lookup reference on success (lookup,
  * mknod, mkdir, symlink, link), giving the reference back if the kernel
- * never receives it.
+ * never receives it.  trusted: fill_entry.
  */
-static void reply_entry(fuse_req_t req, int ret, const struct stat *st)
+static void reply_entry(fuse_req_t req, int ret, const struct stat *st, int trusted)
 {
 	struct shoal_fs *fs = FS(req);
 	struct fuse_entry_param e;
 
 	if (ret < 0)
 		goto out_err;
-	ret = fill_entry(fs, st, &e);
+	ret = fill_entry(fs, st, &e, trusted);
 	if (ret < 0)
 		goto out_forget;
 	if (fuse_reply_entry(req, &e) != 0)
-		shoal_forget(fs, (uint64_t)st->st_ino, 1);
+		give_back(fs, e.ino, 1);
 	return;
 
 out_forget:
@@ -175,10 +190,10 @@ static void reply_dir_entry(fuse_req_t req, int ret, const struct stat *st, fuse
 	int fresh;
 
 	if (ret < 0 || !S_ISDIR(st->st_mode)) {
-		reply_entry(req, ret, st);
+		reply_entry(req, ret, st, 1);
 		return;
 	}
-	ret = fill_entry(fs, st, &e);
+	ret = fill_entry(fs, st, &e, 1);
 	if (ret < 0) {
 		shoal_forget(fs, (uint64_t)st->st_ino, 1);
 		fuse_reply_err(req, -ret);
@@ -189,8 +204,8 @@ static void reply_dir_entry(fuse_req_t req, int ret, const struct stat *st, fuse
 		e.ino = nid_hand_out((uint64_t)st->st_ino, fresh);
 	}
 	if (fuse_reply_entry(req, &e) != 0) {
+		give_back(fs, e.ino, 1);
 		nid_forget(e.ino, 1);
-		shoal_forget(fs, (uint64_t)st->st_ino, 1);
 	}
 }
 
@@ -281,7 +296,7 @@ static void op_forget(fuse_req_t req, fuse_ino_t ino, uint64_t nlookup)
 	caller_begin(req);
 	struct shoal_fs *fs = FS(req);
 
-	shoal_forget(fs, ino_in(fs, ino), nlookup);
+	give_back(fs, ino, nlookup);
 	nid_forget(ino, nlookup);
 	fuse_reply_none(req);
 }
@@ -293,7 +308,7 @@ static void op_forget_multi(fuse_req_t req, size_t count, struct fuse_forget_dat
 	size_t i;
 
 	for (i = 0; i < count; i++) {
-		shoal_forget(fs, ino_in(fs, forgets[i].ino), forgets[i].nlookup);
+		give_back(fs, forgets[i].ino, forgets[i].nlookup);
 		nid_forget(forgets[i].ino, forgets[i].nlookup);
 	}
 	fuse_reply_none(req);
@@ -367,7 +382,7 @@ static void op_mknod(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t
 
 	req_ctx(req, &ctx);
 	names_note(parent, name);
-	reply_entry(req, shoal_mknod(fs, &ctx, ino_in(fs, parent), name, mode, rdev, &st), &st);
+	reply_entry(req, shoal_mknod(fs, &ctx, ino_in(fs, parent), name, mode, rdev, &st), &st, 1);
 }
 
 static void op_mkdir(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode)
@@ -393,7 +408,7 @@ static void op_symlink(fuse_req_t req, const char *link, fuse_ino_t parent, cons
 
 	req_ctx(req, &ctx);
 	names_note(parent, name);
-	reply_entry(req, shoal_symlink(fs, &ctx, ino_in(fs, parent), name, link, &st), &st);
+	reply_entry(req, shoal_symlink(fs, &ctx, ino_in(fs, parent), name, link, &st), &st, 1);
 }
 
 static void op_link(fuse_req_t req, fuse_ino_t ino, fuse_ino_t newparent, const char *newname)
@@ -404,7 +419,7 @@ static void op_link(fuse_req_t req, fuse_ino_t ino, fuse_ino_t newparent, const 
 
 	names_note(newparent, newname);
 	reply_entry(req, shoal_link(fs, ino_in(fs, ino), ino_in(fs, newparent), newname, &st),
-		    &st);
+		    &st, 0);
 }
 
 static void op_unlink(fuse_req_t req, fuse_ino_t parent, const char *name)
@@ -485,14 +500,14 @@ static void op_create(fuse_req_t req, fuse_ino_t parent, const char *name, mode_
 	ret = shoal_create(fs, &ctx, ino_in(fs, parent), name, mode, fi->flags, &st);
 	if (ret < 0)
 		goto out_err;
-	ret = fill_entry(fs, &st, &e);
+	ret = fill_entry(fs, &st, &e, 1);
 	if (ret < 0)
 		goto out_release;
 	fi->keep_cache = 1;
 	fi->noflush = 1;
 	if (fuse_reply_create(req, &e, fi) != 0) {
 		shoal_release(fs, (uint64_t)st.st_ino, fi->flags);
-		shoal_forget(fs, (uint64_t)st.st_ino, 1);
+		give_back(fs, e.ino, 1);
 	}
 	return;
 
@@ -906,7 +921,7 @@ static void op_readdirplus(fuse_req_t req, fuse_ino_t ino, size_t size, off_t of
 				e.attr = re->re_st;
 				ret = 0;
 			} else {
-				ret = fill_entry(fs, &st, &e);
+				ret = fill_entry(fs, &st, &e, 1);
 				if (ret < 0) {
 					shoal_forget(fs, (uint64_t)st.st_ino, 1);
 					break;

@@ -26,16 +26,25 @@ extern int smount_cluster;
 double smount_entry_ttl(void);
 /*
  * The attribute lifetime of an entry reply (lookup, create, mknod, mkdir,
- * symlink, link, readdirplus): SMOUNT_TIMEOUT with one node, 0 in a
- * cluster.  shoal replies after the operation's glock holds ended, so
- * another node may take the glock, and this node tell the kernel to drop
- * the inode's attributes, before the kernel has the reply; for an inode the
- * kernel did not have yet, the notification finds nothing and the kernel
- * then takes the reply's attributes as they are (it checks attr_version
- * only against an inode it had).  With no lifetime its next use asks
- * again (getattr, which that check covers).  main.c.
+ * symlink, link, readdirplus): SMOUNT_TIMEOUT with one node.  In a cluster
+ * shoal replies after the operation's glock holds ended, so another node
+ * may take the glock, and this node tell the kernel to drop the inode's
+ * attributes, before the kernel has the reply.  For an inode the kernel
+ * had, the kernel's attr_version check drops such a reply's attributes,
+ * except for link (and create, mknod, mkdir, symlink, which make a new
+ * inode): trusted 0, no lifetime, the next use asks again.  For an inode
+ * the kernel did not have yet, the notification finds nothing; main.c
+ * tells the kernel again until it has the inode (smount_inval_now), which
+ * is certain for non-directories only (a directory can have several node
+ * ids, nodeids.c): directories get no lifetime either.
  */
-double smount_entry_attr_ttl(void);
+double smount_entry_attr_ttl(int trusted, int isdir);
+/*
+ * A FORGET of node id ino is being served: the kernel no longer has the
+ * references it gives back, so main.c stops waiting for it to know ino.
+ */
+void smount_forget_begin(uint64_t ino);
+void smount_forget_end(uint64_t ino);
 /* Largest write (and read) request: the kernel then uses 256-page requests. */
 #define SMOUNT_MAX_WRITE (1u << 20)
 /* Writes at least this big are spliced to the device, not copied. */

@@ -44,7 +44,6 @@
 #define LKC_HB_RING 16
 #define NS_PER_MS 1000000ull
 #define LKC_SPIN_NS 50000ull /* default of c_spin_ns, see spin_wait */
-#define LKC_BATCH_MAX 16     /* requests of one lkc_lock_many */
 
 enum { LKC_UP, LKC_DOWN };
 

@@ -81,6 +81,7 @@ int lkc_connect(const struct lkc_config *cfg, struct lkc **out, uint32_t *jid,
  */
 int lkc_lock(struct lkc *c, uint32_t type, uint64_t number, int mode, int flags,
 	     uint8_t *lvb, uint32_t *flags_out);
+#define LKC_BATCH_MAX 64 /* requests of one lkc_lock_many */
 /* One request of lkc_lock_many: lkc_lock's arguments and its answer. */
 struct lkc_lockreq {
 	uint32_t lr_type;
@@ -92,11 +93,11 @@ struct lkc_lockreq {
 	int lr_result;         /* out: as lkc_lock's return value */
 };
 /*
- * n lkc_lock calls at once (n <= 16, each on another resource): the
+ * n lkc_lock calls at once (n <= LKC_BATCH_MAX, each on another resource): the
  * requests go out in one write and the call returns once every one has its
  * answer, so requests that lockd grants or refuses at once cost one round
  * trip together.  Returns 0 (each answer in lr_result) or -EINVAL (bad
- * mode or flags, two on one resource, n > 16: nothing sent).
+ * mode or flags, two on one resource, n > LKC_BATCH_MAX: nothing sent).
  */
 int lkc_lock_many(struct lkc *c, struct lkc_lockreq *reqs, size_t n);
 /*

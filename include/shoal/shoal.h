@@ -47,8 +47,11 @@ struct shoal_mount_opts {
 	 * 1, or -1: not known) no name in it, may be used again without asking
 	 * libshoal.  Called under libshoal's locks, possibly from a thread
 	 * serving a request: must only tell the kernel what takes no kernel
-	 * lock, and never from this thread.  NULL: nothing to tell. */
-	void (*mo_inval_now)(void *arg, uint64_t ino, int isdir);
+	 * lock, and never from this thread.  held: libshoal handed the kernel
+	 * references to ino (lookup, create, ...) that it has not forgotten
+	 * yet, so a kernel that does not know ino yet is about to (a reply is
+	 * on its way).  NULL: nothing to tell. */
+	void (*mo_inval_now)(void *arg, uint64_t ino, int isdir, int held);
 	void *mo_inval_arg;
 };
 

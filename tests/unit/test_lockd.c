@@ -819,7 +819,7 @@ static void test_lock_many(void **state)
 	struct lockd *d = server_start(5000);
 	struct tnode a, b;
 	uint8_t v[32], w[32];
-	struct lkc_lockreq r[17];
+	struct lkc_lockreq r[LKC_BATCH_MAX + 1];
 	struct pmany pm = { 0 };
 
 	(void)state;
@@ -874,9 +874,9 @@ static void test_lock_many(void **state)
 
 	/* refused before anything is sent */
 	memset(r, 0, sizeof(r));
-	for (int i = 0; i < 17; i++)
+	for (int i = 0; i < LKC_BATCH_MAX + 1; i++)
 		r[i] = (struct lkc_lockreq){ .lr_type = 2, .lr_number = 200 + (uint64_t)i, .lr_mode = LK_PR };
-	assert_int_equal(lkc_lock_many(b.c, r, 17), -EINVAL);
+	assert_int_equal(lkc_lock_many(b.c, r, LKC_BATCH_MAX + 1), -EINVAL);
 	r[1].lr_number = 200; /* the same resource twice */
 	assert_int_equal(lkc_lock_many(b.c, r, 2), -EINVAL);
 	r[1].lr_number = 201;
