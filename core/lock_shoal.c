@@ -109,6 +109,8 @@ static int shoal_lock(struct shoal_fs *fs, struct glock *gl, int state, int flag
 	return got < 0 ? got : to_state(got);
 }
 
+_Static_assert(GL_MANY_MAX <= LKC_BATCH_MAX, "gl_hold_many batches must fit lkc_lock_many");
+
 static int shoal_lock_many(struct shoal_fs *fs, struct glock **gls, const int *states, int flags,
 			   int n, int *results)
 {
