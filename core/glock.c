@@ -214,6 +214,21 @@ struct glock *gl_get(struct shoal_fs *fs, uint32_t type, uint64_t number)
 	return gl;
 }
 
+int shoal_kernel_refs(struct shoal_fs *fs, uint64_t ino)
+{
+	struct gl_table *gt = fs->fs_gl;
+	struct glock *gl;
+	int held;
+
+	if (!gt)
+		return 0;
+	pthread_mutex_lock(&gt->gt_mutex);
+	gl = gl_find(gt, GL_INODE, ino, 0);
+	held = gl && __atomic_load_n(&gl->gl_krefs, __ATOMIC_ACQUIRE) > 0;
+	pthread_mutex_unlock(&gt->gt_mutex);
+	return held;
+}
+
 int gl_have(struct shoal_fs *fs, uint32_t type, uint64_t number, int state)
 {
 	struct gl_table *gt = fs->fs_gl;
@@ -417,10 +432,13 @@ static void unlock_now(struct shoal_fs *fs, struct glock *gl)
 	pthread_mutex_unlock(&gt->gt_mutex);
 	/* an inode's SH lost in a conversion (gl_acquire): the kernel's
 	 * attributes and names go, now that no hold can be granted (no fs_lock
-	 * here to tell a directory from a file) */
-	if (gl->gl_type == GL_INODE && fs->fs_opts.mo_inval_now)
-		fs->fs_opts.mo_inval_now(fs->fs_opts.mo_inval_arg, gl->gl_number, -1,
-					 __atomic_load_n(&gl->gl_krefs, __ATOMIC_ACQUIRE) > 0);
+	 * here: what the kernel was handed of it, from the glock's mirror) */
+	if (gl->gl_type == GL_INODE && fs->fs_opts.mo_inval_now) {
+		int held = __atomic_load_n(&gl->gl_krefs, __ATOMIC_ACQUIRE) > 0;
+		fs->fs_opts.mo_inval_now(fs->fs_opts.mo_inval_arg, gl->gl_number,
+					 held ? __atomic_load_n(&gl->gl_kdir, __ATOMIC_RELAXED) : -1,
+					 held);
+	}
 	gt->gt_lm->lm_unlock(fs, gl);
 	pthread_mutex_lock(&gt->gt_mutex);
 	gl->gl_flags &= ~GLF_INFLIGHT;

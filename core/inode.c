@@ -276,8 +276,10 @@ static void inode_evict(struct shoal_fs *fs, struct shoal_inode *ip)
 void inode_lookups(struct shoal_inode *ip, uint64_t n)
 {
 	ip->i_nlookup = n;
-	if (ip->i_gl)
+	if (ip->i_gl) {
+		__atomic_store_n(&ip->i_gl->gl_kdir, S_ISDIR(ip_di(ip)->di_mode), __ATOMIC_RELAXED);
 		__atomic_store_n(&ip->i_gl->gl_krefs, n, __ATOMIC_RELEASE);
+	}
 }
 
 void inode_put(struct shoal_fs *fs, struct shoal_inode *ip)
@@ -429,9 +431,28 @@ void inode_dirty(struct shoal_fs *fs, struct shoal_inode *ip, int dsync)
 	}
 }
 
+/* The inode and generation of this thread's last inode_stat
+ * (shoal_generation). */
+static __thread uint64_t stat_ino, stat_gen;
+
+int inode_stat_generation(uint64_t ino, uint64_t *gen)
+{
+	if (!ino) {
+		stat_ino = 0; /* an operation begins: what it stats counts */
+		return 0;
+	}
+	if (stat_ino != ino)
+		return 0;
+	*gen = stat_gen;
+	return 1;
+}
+
 void inode_stat(struct shoal_fs *fs, struct shoal_inode *ip, struct stat *st)
 {
 	struct shoal_dinode *di = ip_di(ip);
+
+	stat_ino = ip->i_ino;
+	stat_gen = di->di_generation;
 
 	memset(st, 0, sizeof(*st));
 	st->st_ino = ip->i_ino;

@@ -314,6 +314,9 @@ int inode_get(struct shoal_fs *fs, uint64_t ino, struct shoal_inode **out);
 void inode_put(struct shoal_fs *fs, struct shoal_inode *ip);
 /* Set ip->i_nlookup (fs_lock) and its mirror in the inode glock, gl_krefs. */
 void inode_lookups(struct shoal_inode *ip, uint64_t n);
+/* The generation of ino if this thread's last inode_stat, in its last
+ * operation, was of it; ino 0 forgets (an operation begins). */
+int inode_stat_generation(uint64_t ino, uint64_t *gen);
 /* The in-memory inode, referenced, or NULL: never reads the disk. */
 struct shoal_inode *inode_find(struct shoal_fs *fs, uint64_t ino);
 /* want: the dinode block (from rg_peek, its glock held EX), 0: any */

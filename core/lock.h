@@ -113,6 +113,7 @@ struct glock {
 	 * fs_lock (atomic; inode_lookups): the kernel has, or is about to
 	 * have, the inode while it is not 0 */
 	uint64_t gl_krefs;
+	int gl_kdir;          /* ... and whether that inode is a directory */
 	/* statistics (shoal glstats) */
 	uint64_t gl_dcnt;     /* lock module requests (acquisitions, conversions) */
 	uint64_t gl_req_sh;   /* ... of which for SH */

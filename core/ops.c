@@ -133,6 +133,7 @@ static int hold_new(struct shoal_fs *fs, uint64_t ino)
 #define RUN(fs, call)                                                  \
 	({                                                             \
 		__typeof__(call) r_;                                   \
+		inode_stat_generation(0, NULL); /* forget the last */  \
 		op_begin(fs);                                          \
 		for (;;) {                                             \
 			r_ = (call);                                   \
@@ -1829,6 +1830,12 @@ int shoal_getattr(struct shoal_fs *fs, uint64_t ino, struct stat *st)
 uint64_t shoal_generation(struct shoal_fs *fs, uint64_t ino)
 {
 	uint64_t g = 0;
+
+	/* an entry reply's: the operation that made the stat read the dinode
+	 * under its glock; no fs_lock, no glock again (a demotion may hold
+	 * fs_lock while it waits for the kernel to take this very reply) */
+	if (inode_stat_generation(ino, &g))
+		return g;
 	(void)RUN(fs, do_generation(fs, ino, &g));
 	return g;
 }

@@ -574,6 +574,7 @@ struct inval_job {
 	int ij_kind;
 	int ij_epoch; /* IJ_NOW: the inode is a directory and the epoch works */
 	int ij_held;  /* IJ_NOW: libshoal handed the kernel references to it */
+	int ij_isdir; /* IJ_NOW: 1 a directory, 0 not, -1 not known */
 	fuse_ino_t ij_ids[INVAL_IDS];
 	size_t ij_nids;
 	int ij_done, ij_abandoned;
@@ -596,53 +597,66 @@ static struct smount *inval_sm; /* inval_lock */
 static int epoch_write(struct fuse_session *se);
 
 /*
- * Node ids whose FORGET is being served (op_forget, ops.c): a handful at a
- * time, one per worker thread at most.  forget_lock.
+ * Node ids whose FORGET is being served (ops.c: a FORGET's one, a batch's
+ * all of them until each is done), with how many times each: a list that
+ * grows as needed (a batch can carry thousands).  forget_lock.
  */
-#define FORGETS_MAX 64
+struct forgetting {
+	uint64_t fg_ino;
+	uint32_t fg_count;
+};
 static pthread_mutex_t forget_lock = PTHREAD_MUTEX_INITIALIZER;
-static uint64_t forgets[FORGETS_MAX];
-static uint32_t forget_counts[FORGETS_MAX];
+static struct forgetting *forgets;
+static size_t nforgets, forgets_cap;
+
+static struct forgetting *forget_find(uint64_t ino)
+{
+	for (size_t i = 0; i < nforgets; i++)
+		if (forgets[i].fg_ino == ino)
+			return &forgets[i];
+	return NULL;
+}
 
 void smount_forget_begin(uint64_t ino)
 {
+	struct forgetting *f;
+
 	pthread_mutex_lock(&forget_lock);
-	for (int i = 0, free_i = -1; i <= FORGETS_MAX; i++) {
-		if (i == FORGETS_MAX) {
-			if (free_i >= 0) {
-				forgets[free_i] = ino;
-				forget_counts[free_i] = 1;
-			} /* else full: now_retry just waits longer */
-			break;
+	f = forget_find(ino);
+	if (!f && nforgets == forgets_cap) {
+		size_t cap = forgets_cap ? 2 * forgets_cap : 64;
+		struct forgetting *n = realloc(forgets, cap * sizeof(*n));
+		if (n) {
+			forgets = n;
+			forgets_cap = cap;
 		}
-		if (forget_counts[i] && forgets[i] == ino) {
-			forget_counts[i]++;
-			break;
-		}
-		if (!forget_counts[i] && free_i < 0)
-			free_i = i;
 	}
+	if (!f && nforgets < forgets_cap) {
+		f = &forgets[nforgets++];
+		*f = (struct forgetting){ ino, 0 };
+	}
+	if (f) /* else out of memory: now_retry just waits longer */
+		f->fg_count++;
 	pthread_mutex_unlock(&forget_lock);
 }
 
 void smount_forget_end(uint64_t ino)
 {
+	struct forgetting *f;
+
 	pthread_mutex_lock(&forget_lock);
-	for (int i = 0; i < FORGETS_MAX; i++)
-		if (forget_counts[i] && forgets[i] == ino) {
-			forget_counts[i]--;
-			break;
-		}
+	f = forget_find(ino);
+	if (f && --f->fg_count == 0)
+		*f = forgets[--nforgets];
 	pthread_mutex_unlock(&forget_lock);
 }
 
 static int forget_pending(uint64_t ino)
 {
-	int found = 0;
+	int found;
 
 	pthread_mutex_lock(&forget_lock);
-	for (int i = 0; i < FORGETS_MAX && !found; i++)
-		found = forget_counts[i] && forgets[i] == ino;
+	found = forget_find(ino) != NULL;
 	pthread_mutex_unlock(&forget_lock);
 	return found;
 }
@@ -652,22 +666,26 @@ static int forget_pending(uint64_t ino)
  * not given back: an entry reply is on its way (fuse/ops.c replies after
  * the glock holds ended), and the kernel would take its attributes with
  * their lifetime after this notification found nothing.  Tell it again
- * until it has the inode, or a FORGET of it is being served (the kernel
- * dropped it: ENOENT is the truth), or NOW_RETRY_MS passed (a FORGET not
+ * until it has the inode, or a FORGET of it is being served or was (the
+ * kernel dropped it: ENOENT is the truth; libshoal's count of the
+ * kernel's references, read without fs_lock, went to 0), or NOW_RETRY_MS
+ * passed (a FORGET not
  * read from /dev/fuse yet, or a reply the kernel never took; said on
  * stderr).  Longer than the caller waits (NOW_WAIT_MS): the caller goes
  * on, this thread keeps trying.  smount_entry_attr_ttl.
  */
 #define NOW_RETRY_MS 2000
 
-static void now_retry(struct fuse_session *se, fuse_ino_t fino)
+static void now_retry(struct smount *sm, struct fuse_session *se, fuse_ino_t fino)
 {
+	uint64_t ino = fino == FUSE_ROOT_ID ? shoal_root(sm->sm_fs) : (uint64_t)fino;
 	struct timespec t0, t;
 	long us = 20;
 	int r = -ENOENT;
 
 	clock_gettime(CLOCK_MONOTONIC, &t0);
-	while (r == -ENOENT && !forget_pending((uint64_t)fino)) {
+	while (r == -ENOENT && !forget_pending((uint64_t)fino) &&
+	       shoal_kernel_refs(sm->sm_fs, ino)) {
 		clock_gettime(CLOCK_MONOTONIC, &t);
 		if ((t.tv_sec - t0.tv_sec) * 1000 + (t.tv_nsec - t0.tv_nsec) / 1000000 >=
 		    NOW_RETRY_MS) {
@@ -699,8 +717,8 @@ static void inval_run(struct smount *sm, const struct inval_job *j)
 		fuse_ino_t fino = j->ij_ids[k];
 		if (j->ij_kind == IJ_NOW) {
 			int r = fuse_lowlevel_notify_inval_inode(se, fino, -1, 0);
-			if (r == -ENOENT && j->ij_held && j->ij_nids == 1)
-				now_retry(se, fino);
+			if (r == -ENOENT && j->ij_held && j->ij_nids == 1 && j->ij_isdir == 0)
+				now_retry(sm, se, fino);
 			continue;
 		}
 		n = names_take(fino, &names);
@@ -746,7 +764,7 @@ static void *inval_thread(void *arg)
 /* Tell the kernel about ino (its node ids) on q's threads, waiting at most
  * wait_ms for them. */
 static void inval_submit(struct smount *sm, struct inval_queue *q, int kind, uint64_t ino,
-			 int epoch, int held, long wait_ms)
+			 int isdir, int epoch, int held, long wait_ms)
 {
 	struct inval_job *j = calloc(1, sizeof(*j));
 	struct timespec ts;
@@ -756,6 +774,7 @@ static void inval_submit(struct smount *sm, struct inval_queue *q, int kind, uin
 	j->ij_kind = kind;
 	j->ij_epoch = epoch;
 	j->ij_held = held;
+	j->ij_isdir = isdir;
 	if (ino == shoal_root(sm->sm_fs)) {
 		j->ij_ids[j->ij_nids++] = FUSE_ROOT_ID;
 	} else {
@@ -790,7 +809,7 @@ static void inval_submit(struct smount *sm, struct inval_queue *q, int kind, uin
 
 static void smount_inval(void *arg, uint64_t ino)
 {
-	inval_submit(arg, &iq, IJ_CACHES, ino, 0, 0, INVAL_WAIT_MS);
+	inval_submit(arg, &iq, IJ_CACHES, ino, -1, 0, 0, INVAL_WAIT_MS);
 }
 
 /*
@@ -850,8 +869,8 @@ static void epoch_probe(struct smount *sm)
 
 static void smount_inval_now(void *arg, uint64_t ino, int isdir, int held)
 {
-	inval_submit(arg, &nq, IJ_NOW, ino, isdir && __atomic_load_n(&epoch_works, __ATOMIC_ACQUIRE),
-		     held, NOW_WAIT_MS);
+	inval_submit(arg, &nq, IJ_NOW, ino, isdir,
+		     isdir && __atomic_load_n(&epoch_works, __ATOMIC_ACQUIRE), held, NOW_WAIT_MS);
 }
 
 double smount_entry_ttl(void)

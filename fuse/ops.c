@@ -307,9 +307,14 @@ static void op_forget_multi(fuse_req_t req, size_t count, struct fuse_forget_dat
 	struct shoal_fs *fs = FS(req);
 	size_t i;
 
+	/* all of them are being forgotten from now on (main.c now_retry), not
+	 * only the one whose turn it is: an earlier one can wait long */
+	for (i = 0; i < count; i++)
+		smount_forget_begin((uint64_t)forgets[i].ino);
 	for (i = 0; i < count; i++) {
-		give_back(fs, forgets[i].ino, forgets[i].nlookup);
+		shoal_forget(fs, ino_in(fs, forgets[i].ino), forgets[i].nlookup);
 		nid_forget(forgets[i].ino, forgets[i].nlookup);
+		smount_forget_end((uint64_t)forgets[i].ino);
 	}
 	fuse_reply_none(req);
 }

@@ -201,6 +201,11 @@ const char *shoal_error(struct shoal_fs *fs);
 
 int shoal_lookup(struct shoal_fs *fs, uint64_t parent, const char *name, struct stat *st);
 void shoal_forget(struct shoal_fs *fs, uint64_t ino, uint64_t nlookup);
+/* Nonzero while libshoal counts lookup references of ino it handed the
+ * kernel and shoal_forget has not given back; takes no fs_lock (it reads
+ * the inode glock's mirror of the count), so it answers while an
+ * operation or a demotion runs. */
+int shoal_kernel_refs(struct shoal_fs *fs, uint64_t ino);
 int shoal_getattr(struct shoal_fs *fs, uint64_t ino, struct stat *st);
 /* st->st_* carries the new values for the bits in valid. */
 int shoal_setattr(struct shoal_fs *fs, const struct shoal_ctx *ctx, uint64_t ino,

@@ -30,6 +30,9 @@
 #                          request waiting on it fails, a stuck daemon and
 #                          its callers can exit
 #   c_logs                 print the tail of every node's and lockd's log
+#   c_retry_check          no node's log says it gave up telling its kernel
+#                          to drop an inode's attributes (fuse/main.c
+#                          now_retry: a reply the kernel never took)
 # At exit, even on failure, every node is unmounted (shoal umount, which
 # waits; a node that does not go within C_UMOUNT_TIMEOUT seconds gets its
 # FUSE connection aborted, is unmounted lazily and its daemon killed by
@@ -178,6 +181,15 @@ c_fsck_check() {
 		check_eq "$what" 0 "$rc"
 		[ $rc -eq 0 ] || grep -v '^Pass ' "$t_dir/fsck.out" | head -30 | sed 's/^/#   /'
 	fi
+}
+
+c_retry_check() {
+	local node bad=""
+	for node in "${c_nodes[@]}"; do
+		grep -q "took no reply" "$t_dir/$node.log" 2>/dev/null && bad="$bad $node"
+	done
+	check_eq "no node gave up dropping an inode's attributes (now_retry)" "" "$bad"
+	[ -z "$bad" ] || grep -h "took no reply" "$t_dir"/*.log | head -5 | sed 's/^/#   /'
 }
 
 c_logs() {

@@ -131,5 +131,6 @@ done
 
 check "shoal umount of a, b and c (each daemon exits 0)" c_umount_all
 c_fsck_check
+c_retry_check
 [ "$t_failed" -eq 0 ] || c_logs
 t_done

@@ -715,5 +715,6 @@ check_eq "no node fenced itself or failed (logs)" "" \
 	"$(grep -hiE 'fenced|abort|assert|error|corrupt' "$t_dir"/[abc].log | head -5)"
 check "shoal umount of a, b and c (each daemon exits 0)" c_umount_all
 c_fsck_check
+c_retry_check
 [ "$t_failed" -eq 0 ] || c_logs
 t_done
