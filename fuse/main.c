@@ -669,10 +669,11 @@ static int forget_pending(uint64_t ino)
  * until it has the inode, or a FORGET of it is being served or was (the
  * kernel dropped it: ENOENT is the truth; libshoal's count of the
  * kernel's references, read without fs_lock, went to 0), or NOW_RETRY_MS
- * passed (a FORGET not
- * read from /dev/fuse yet, or a reply the kernel never took; said on
- * stderr).  Longer than the caller waits (NOW_WAIT_MS): the caller goes
- * on, this thread keeps trying.  smount_entry_attr_ttl.
+ * passed (a FORGET not read from /dev/fuse yet, or a reply the kernel
+ * never took; said on stderr).  Longer than the caller waits
+ * (NOW_WAIT_MS): the caller goes on, this thread keeps trying.  Files
+ * only: a directory's entries keep no attribute lifetime
+ * (smount_entry_attr_ttl), and it may have several node ids.
  */
 #define NOW_RETRY_MS 2000
 
@@ -717,7 +718,7 @@ static void inval_run(struct smount *sm, const struct inval_job *j)
 		fuse_ino_t fino = j->ij_ids[k];
 		if (j->ij_kind == IJ_NOW) {
 			int r = fuse_lowlevel_notify_inval_inode(se, fino, -1, 0);
-			if (r == -ENOENT && j->ij_held && j->ij_nids == 1 && j->ij_isdir == 0)
+			if (r == -ENOENT && j->ij_held && j->ij_isdir == 0)
 				now_retry(sm, se, fino);
 			continue;
 		}

@@ -30,13 +30,14 @@ double smount_entry_ttl(void);
  * shoal replies after the operation's glock holds ended, so another node
  * may take the glock, and this node tell the kernel to drop the inode's
  * attributes, before the kernel has the reply.  For an inode the kernel
- * had, the kernel's attr_version check drops such a reply's attributes,
- * except for link (and create, mknod, mkdir, symlink, which make a new
- * inode): trusted 0, no lifetime, the next use asks again.  For an inode
- * the kernel did not have yet, the notification finds nothing; main.c
- * tells the kernel again until it has the inode (smount_inval_now), which
- * is certain for non-directories only (a directory can have several node
- * ids, nodeids.c): directories get no lifetime either.
+ * had, the kernel's attr_version check drops such a reply's attributes;
+ * it makes no such check for a link reply, so link passes trusted 0 (no
+ * lifetime: the next use asks again).  For an inode the kernel did not
+ * have yet (lookup, and create, mknod, symlink, which make one), the
+ * notification finds nothing; main.c tells the kernel again until it has
+ * the inode (now_retry), which is certain for non-directories only (a
+ * directory can have several node ids, nodeids.c): directories get no
+ * lifetime either.
  */
 double smount_entry_attr_ttl(int trusted, int isdir);
 /*
