@@ -24,7 +24,10 @@
  *      fast commit of the running transaction stays until that
  *      transaction's commit has it home;
  *  (4) at most dx_max entries before a consistent point commits them
- *      (journal.c trans_begin_alloc), so memory stays bounded.
+ *      (journal.c trans_begin_alloc), so memory stays bounded;
+ *  (5) an entry is on the unlogged list (dx_unlogged) exactly when its
+ *      de_unlogged is not 0, so a fast commit visits the blocks changed
+ *      since the last one, not every block of the index (R3).
  */
 #include <errno.h>
 #include <stdlib.h>
@@ -44,6 +47,7 @@ int dx_init(struct shoal_fs *fs, int on)
 	dx->dx_max = DX_BYTES / fs->fs_bsize;
 	dx->dx_gshift = fs->fs_bshift > 15 ? fs->fs_bshift - 6 : 9;
 	dx->dx_head.de_next = dx->dx_head.de_prev = &dx->dx_head;
+	dx->dx_unlogged.de_unext = dx->dx_unlogged.de_uprev = &dx->dx_unlogged;
 	dx->dx_hash = calloc(slots, sizeof(*dx->dx_hash));
 	if (!dx->dx_hash)
 		return -ENOMEM;
@@ -60,6 +64,10 @@ static void entry_unlink(struct dx_index *dx, struct dx_entry *e)
 	*pp = e->de_hnext;
 	e->de_prev->de_next = e->de_next;
 	e->de_next->de_prev = e->de_prev;
+	if (e->de_unlogged) {
+		e->de_uprev->de_unext = e->de_unext;
+		e->de_unext->de_uprev = e->de_uprev;
+	}
 	dx->dx_count--;
 	free(e);
 }
@@ -102,6 +110,12 @@ static void mark(struct dx_index *dx, struct dx_entry *e, uint32_t inblk, size_t
 	uint32_t first = inblk >> dx->dx_gshift;
 	uint32_t last = (uint32_t)((inblk + len - 1) >> dx->dx_gshift);
 
+	if (!e->de_unlogged) {
+		e->de_uprev = dx->dx_unlogged.de_uprev;
+		e->de_unext = &dx->dx_unlogged;
+		dx->dx_unlogged.de_uprev->de_unext = e;
+		dx->dx_unlogged.de_uprev = e;
+	}
 	for (uint32_t g = first; g <= last; g++)
 		e->de_unlogged |= 1ull << g;
 }
@@ -236,6 +250,7 @@ void dx_logged(struct shoal_fs *fs)
 {
 	struct dx_index *dx = &fs->fs_dx;
 
-	for (struct dx_entry *e = dx->dx_head.de_next; e != &dx->dx_head; e = e->de_next)
+	for (struct dx_entry *e = dx->dx_unlogged.de_unext; e != &dx->dx_unlogged; e = e->de_unext)
 		e->de_unlogged = 0;
+	dx->dx_unlogged.de_unext = dx->dx_unlogged.de_uprev = &dx->dx_unlogged;
 }

@@ -108,6 +108,7 @@ struct dx_entry {
 	uint64_t de_unlogged;                /* granules changed since the last fast commit */
 	struct dx_entry *de_hnext;           /* hash chain */
 	struct dx_entry *de_prev, *de_next;  /* every entry */
+	struct dx_entry *de_uprev, *de_unext; /* entries with de_unlogged != 0 */
 	uint8_t de_data[];                   /* the block as it is now */
 };
 
@@ -118,6 +119,8 @@ struct dx_index {
 	uint32_t dx_max;        /* entries before a commit writes them home */
 	uint32_t dx_gshift;     /* a granule is 1 << dx_gshift bytes, <= 64 a block */
 	struct dx_entry dx_head; /* list head */
+	struct dx_entry dx_unlogged; /* head of the entries changed since the last
+				      * fast commit, which is all it visits (R3) */
 	int dx_on;              /* small overwrites may go to the index (FCDATA) */
 };
 

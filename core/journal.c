@@ -551,13 +551,18 @@ static int fc_put(struct shoal_fs *fs, uint8_t *blk, uint64_t blkno, uint32_t of
 	return 0;
 }
 
-/* Append the granules of the index changed since the last fast commit. */
+/*
+ * Append the granules of the index changed since the last fast commit:
+ * only the entries on the unlogged list are visited, not the whole index.
+ */
 static int fc_add_data(struct shoal_fs *fs, uint8_t *blk)
 {
 	struct dx_index *dx = &fs->fs_dx;
 	uint32_t g = dx->dx_gshift, ng = fs->fs_bsize >> g;
 
-	for (struct dx_entry *e = dx->dx_head.de_next; e != &dx->dx_head; e = e->de_next) {
+	for (struct dx_entry *e = dx->dx_unlogged.de_unext; e != &dx->dx_unlogged;
+	     e = e->de_unext) {
+		fs->fs_ctr.sc_fc_visited++;
 		for (uint32_t i = 0; i < ng;) {
 			uint32_t k = i;
 			if (!(e->de_unlogged >> i & 1)) {

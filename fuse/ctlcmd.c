@@ -60,6 +60,7 @@ static const struct {
 	COUNTER(atime_written),
 	COUNTER(atime_deferred),
 	COUNTER(atime_dropped),
+	COUNTER(fc_visited),
 };
 #define COUNTER_COUNT (sizeof(counter_names) / sizeof(counter_names[0]))
 _Static_assert(COUNTER_COUNT * sizeof(uint64_t) == sizeof(struct shoal_counters),

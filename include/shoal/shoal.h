@@ -116,6 +116,7 @@ struct shoal_counters {
 	uint64_t sc_atime_written;   /* atime updates of reads written in a transaction */
 	uint64_t sc_atime_deferred;  /* due atime updates kept in memory (glock only SH) */
 	uint64_t sc_atime_dropped;   /* kept updates lost: glock or inode left the node */
+	uint64_t sc_fc_visited;      /* dirty-index blocks fast commits visited (changed ones) */
 };
 
 /* mount/unmount: the device is owned by the fs once shoal_mount succeeds

@@ -1270,6 +1270,7 @@ static void test_fast_commit(void **state)
  * costs one device write (the fast-commit block, carrying the data) and
  * one flush; reads see the data before it is home; the next full commit
  * writes each dirty block home once (wb_visited == wb_written == blocks);
+ * a fast commit visits only the blocks changed since the previous one;
  * a block written in place after that commit keeps its newer bytes after a
  * power cut (the commit supersedes the fast commit that carried the old
  * ones: FORMAT.md 11.3); a truncate drops the index's blocks past the end.
@@ -1311,6 +1312,9 @@ static void test_dirty_index(void **state)
 		assert_int_equal(c1.sc_dev_flushes - c0.sc_dev_flushes, 1);
 		assert_int_equal(c1.sc_fast_commits - c0.sc_fast_commits, 1);
 		assert_int_equal(c1.sc_commits - c0.sc_commits, 0);
+		/* the fast commit visits the one block changed since the last,
+		 * not the up to three the index holds (R3) */
+		assert_int_equal(c1.sc_fc_visited - c0.sc_fc_visited, 1);
 	}
 	/* a new file's fsync is a full commit: the three blocks go home */
 	shoal_counters(fs, &c0);
