@@ -140,6 +140,7 @@ SPECS = {
         ("shoal_fsyncs", "shoal stat: fsyncs", 1, "%.0f", []),
         ("shoal_fsync_noop", "shoal stat: fsync_noop", 1, "%.0f", []),
         ("shoal_fast_commits", "shoal stat: fast_commits", 1, "%.0f", []),
+        ("shoal_fc_visited_per_fc", "shoal stat: fc_visited per iteration", 1, "%.2f", []),
     ] + GL_ROWS("shoal_", "")),
     "mmext": (MAIN_COLS, [
         ("u_mib_s", "unmap per hunk: MiB/s (fill + fsync)", 1, "%.1f", [T_CL2(">=", 0.9)]),

@@ -695,6 +695,7 @@ wl_fstest() {
 	emit_delta "$fs" "$r" shoal_fsyncs "$work/base" "$work/after" shoal_fsyncs
 	emit_delta "$fs" "$r" shoal_fsync_noop "$work/base" "$work/after" shoal_fsync_noop
 	emit_delta "$fs" "$r" shoal_fast_commits "$work/base" "$work/after" shoal_fast_commits
+	emit_delta "$fs" "$r" shoal_fc_visited_per_fc "$work/base" "$work/after" shoal_fc_visited "$fst_iters"
 	emit_gl "$fs" "$r" shoal_ "$work/base" "$work/after"
 	say "  round $r $fs: $(field "$o" kib_s) KiB/s, latency avg $(field "$o" lat_avg_us)us p99 $(field "$o" lat_p99_us)us; device $(dv "$work/base" "$work/after" loop_wr_bytes) bytes written, $(dv "$work/base" "$work/after" loop_flushes) flushes for $app application bytes"
 }
