@@ -43,6 +43,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
 #define FS(req) (((struct smount *)fuse_req_userdata(req))->sm_fs)
@@ -224,8 +225,10 @@ static void reply_attr(fuse_req_t req, int ret, const struct stat *st)
 static void op_init(void *userdata, struct fuse_conn_info *conn)
 {
 	conn->max_write = SMOUNT_MAX_WRITE; /* libfuse derives max_pages from it */
-	/* Data moves between /dev/fuse and the device by splice (one copy less
-	 * each way); see op_read and op_write_buf. */
+	/* Splice between /dev/fuse and the device where libfuse can (one copy
+	 * less each way; op_write_buf).  A 1 MiB request needs a pipe larger
+	 * than pipe-max-size (1 MiB), so for those libfuse reads the request
+	 * into memory, and read replies never splice (reply_iov_pieces). */
 	conn->want |= conn->capable & (FUSE_CAP_SPLICE_READ | FUSE_CAP_SPLICE_WRITE |
 				       FUSE_CAP_SPLICE_MOVE);
 	if (conn->capable & FUSE_CAP_ASYNC_READ)
@@ -561,11 +564,63 @@ static char *rbuf_get(size_t size)
 	return rb->rb_data;
 }
 
-/* Reply to a read straight from the device's page cache (splice). */
+/* Reply to a read from the device's page cache and memory pieces. */
 struct read_reply {
 	fuse_req_t rr_req;
 	int rr_replied;
 };
+
+/*
+ * A read's reply as one writev: memory pieces (holes: the shared zeros;
+ * blocks of the dirty-block index; inline data) as they are, device
+ * pieces read into this thread's buffer, kept from one request to the
+ * next.  libfuse's fuse_reply_data splices device pieces, but a reply of
+ * 1 MiB (the size the kernel asks for) needs a pipe larger than the
+ * system's pipe-max-size (1 MiB) allows, so it always took its fallback:
+ * a new buffer of the reply's size for every request, mapped, faulted in
+ * page by page, filled, written and unmapped (strace of a cold sequential
+ * read: one mmap, one munmap and no splice per read).  -1: more pieces
+ * than one writev takes; the caller uses fuse_reply_data.
+ */
+#define IOV_REPLY_MAX 512
+static int reply_iov_pieces(fuse_req_t req, int devfd, const struct shoal_piece *pv, unsigned n)
+{
+	struct iovec iov[IOV_REPLY_MAX];
+	size_t fdbytes = 0, at = 0;
+	char *buf = NULL;
+
+	if (n > IOV_REPLY_MAX)
+		return -1;
+	for (unsigned i = 0; i < n; i++)
+		if (!pv[i].sv_mem)
+			fdbytes += pv[i].sv_len;
+	if (fdbytes && !(buf = rbuf_get(fdbytes))) {
+		fuse_reply_err(req, ENOMEM);
+		return 0;
+	}
+	for (unsigned i = 0; i < n; i++) {
+		if (pv[i].sv_mem) {
+			iov[i] = (struct iovec){(void *)pv[i].sv_mem, pv[i].sv_len};
+			continue;
+		}
+		size_t got = 0;
+		while (got < pv[i].sv_len) {
+			ssize_t r = pread(devfd, buf + at + got, pv[i].sv_len - got,
+					  (off_t)(pv[i].sv_devoff + got));
+			if (r < 0 && errno == EINTR)
+				continue;
+			if (r <= 0) {
+				fuse_reply_err(req, r < 0 ? errno : EIO);
+				return 0;
+			}
+			got += (size_t)r;
+		}
+		iov[i] = (struct iovec){buf + at, pv[i].sv_len};
+		at += pv[i].sv_len;
+	}
+	fuse_reply_iov(req, iov, (int)n);
+	return 0;
+}
 
 static int read_reply_fn(void *arg, int devfd, const struct shoal_piece *pv, unsigned n)
 {
@@ -577,6 +632,8 @@ static int read_reply_fn(void *arg, int devfd, const struct shoal_piece *pv, uns
 		fuse_reply_buf(rr->rr_req, NULL, 0);
 		return 0;
 	}
+	if (reply_iov_pieces(rr->rr_req, devfd, pv, n) == 0)
+		return 0;
 	bv = malloc(sizeof(*bv) + sizeof(bv->buf[0]) * (n - 1));
 	if (!bv) {
 		fuse_reply_err(rr->rr_req, ENOMEM);
