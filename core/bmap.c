@@ -200,14 +200,22 @@ int bmap_unstuff(struct shoal_fs *fs, struct shoal_inode *ip)
 			return -ENOMEM;
 		}
 		memcpy(data, pay, di->di_size < paylen ? di->di_size : paylen);
-		err = dev_write(fs->fs_dev, data, fs->fs_bsize, blk << fs->fs_bshift);
+		/* with the dirty-block index, a file's block waits there for
+		 * the commit that makes it part of the file (file.c (5));
+		 * a directory's goes to the device, where dir.c reads it */
+		int indexed = fs->fs_dx.dx_on && S_ISREG(di->di_mode);
+		if (indexed)
+			err = dx_write_new(fs, blk, 0, data, fs->fs_bsize);
+		else
+			err = dev_write(fs->fs_dev, data, fs->fs_bsize, blk << fs->fs_bshift);
 		free(data);
 		if (err) {
 			rg_free(fs, blk, 1);
 			return err;
 		}
 		fs->fs_j.j_ordered = 1;
-		ip->i_data_gen = __atomic_load_n(&fs->fs_dev->d_write_gen, __ATOMIC_SEQ_CST);
+		if (!indexed)
+			ip->i_data_gen = __atomic_load_n(&fs->fs_dev->d_write_gen, __ATOMIC_SEQ_CST);
 		di->di_blocks++;
 		di->di_goal = blk;
 	}

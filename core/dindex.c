@@ -5,6 +5,11 @@
  * written to the device when it arrives: its block goes into this index, a
  * copy of the whole block as it is now, with the granules (512 bytes, or
  * 1/64 of a block when that is more) changed since the last fast commit.
+ * So does a write of at most one block from memory into blocks it
+ * allocates (file.c (5): the kernel laundering a mapped page one at a
+ * time, small appends): the block, zeros around the bytes, waits here and
+ * goes home with its neighbours in the commit that makes its allocation
+ * durable, instead of one device write each.
  * fsync logs just those granules in the fast-commit block it writes anyway
  * (journal.c (6)): one log write and one flush make a small write durable.
  * The next full commit writes every block of the index home, flushes, and
@@ -120,7 +125,8 @@ static void mark(struct dx_index *dx, struct dx_entry *e, uint32_t inblk, size_t
 		e->de_unlogged |= 1ull << g;
 }
 
-int dx_write(struct shoal_fs *fs, uint64_t blkno, uint32_t inblk, const void *src, size_t len)
+static int dx_put(struct shoal_fs *fs, uint64_t blkno, uint32_t inblk, const void *src, size_t len,
+		  int fresh)
 {
 	struct dx_index *dx = &fs->fs_dx;
 	struct dx_entry *e = dx_find(fs, blkno);
@@ -132,7 +138,10 @@ int dx_write(struct shoal_fs *fs, uint64_t blkno, uint32_t inblk, const void *sr
 			return -ENOMEM;
 		memset(e, 0, sizeof(*e));
 		e->de_blkno = blkno;
-		if (inblk || len < fs->fs_bsize) {
+		if (fresh) {
+			/* a block just allocated: what is not written is zeros */
+			memset(e->de_data, 0, fs->fs_bsize);
+		} else if (inblk || len < fs->fs_bsize) {
 			/* the rest of the block is what the device holds (1) */
 			int err = dev_read(fs->fs_dev, e->de_data, fs->fs_bsize,
 					   blkno << fs->fs_bshift);
@@ -152,6 +161,16 @@ int dx_write(struct shoal_fs *fs, uint64_t blkno, uint32_t inblk, const void *sr
 	memcpy(e->de_data + inblk, src, len);
 	mark(dx, e, inblk, len);
 	return 0;
+}
+
+int dx_write(struct shoal_fs *fs, uint64_t blkno, uint32_t inblk, const void *src, size_t len)
+{
+	return dx_put(fs, blkno, inblk, src, len, 0);
+}
+
+int dx_write_new(struct shoal_fs *fs, uint64_t blkno, uint32_t inblk, const void *src, size_t len)
+{
+	return dx_put(fs, blkno, inblk, src, len, 1);
 }
 
 int dx_absorb(struct shoal_fs *fs, uint64_t devoff, size_t len, const void *mem)

@@ -19,7 +19,14 @@
  *      commit writes the block home (R2: one device write and one flush
  *      per fsync'ed small write); every later write to a block in the index
  *      reaches its entry too.  Without the index (a filesystem made before
- *      FCDATA) such a write goes to the device as it is (dev_write_small).
+ *      FCDATA) such a write goes to the device as it is (dev_write_small);
+ *  (5) with the index, a write from memory of at most one block into
+ *      blocks it allocates puts them, zero-padded (1), into the index, not
+ *      on the device: the kernel launders a mapped page with one 4 KiB
+ *      write at every size change of the file (bench mmext, mremap), and
+ *      the commit that makes the allocation durable (j_ordered is set as
+ *      for (2), so it is a full commit) writes them home sorted, adjacent
+ *      ones in one write, before its flush (dindex.c (3)).
  */
 #include <errno.h>
 #include <stdlib.h>
@@ -306,7 +313,20 @@ static ssize_t write_src(struct shoal_fs *fs, struct shoal_inode *ip, const stru
 			break;
 		uint64_t avail = (uint64_t)run * fs->fs_bsize - inblk;
 		size_t len = size - done < avail ? size - done : (size_t)avail;
-		if (isnew) {
+		if (isnew && fs->fs_dx.dx_on && src->ws_mem && size <= fs->fs_bsize) {
+			/* (5): at most two blocks, which trans_begin_alloc left
+			 * room for in the index */
+			for (size_t k = 0; k < len && !err;) {
+				uint32_t in = (uint32_t)((inblk + k) & (fs->fs_bsize - 1));
+				size_t n = fs->fs_bsize - in < len - k ? fs->fs_bsize - in : len - k;
+				err = dx_write_new(fs, pblk + ((inblk + k) >> fs->fs_bshift), in,
+						   src->ws_mem + done + k, n);
+				k += n;
+			}
+			fs->fs_j.j_ordered = 1;
+			to |= TO_INDEX;
+			grew = 1;
+		} else if (isnew) {
 			uint32_t nblk = (uint32_t)((inblk + len + fs->fs_bsize - 1) >> fs->fs_bshift);
 			err = write_new(fs, src, pblk, nblk, inblk, len, done);
 			fs->fs_j.j_ordered = 1;

@@ -269,6 +269,7 @@ void dx_drop_all(struct shoal_fs *fs);
 struct dx_entry *dx_find(struct shoal_fs *fs, uint64_t blkno);
 /* len bytes at byte inblk of block blkno go to its entry (made if needed) */
 int dx_write(struct shoal_fs *fs, uint64_t blkno, uint32_t inblk, const void *src, size_t len);
+int dx_write_new(struct shoal_fs *fs, uint64_t blkno, uint32_t inblk, const void *src, size_t len);
 /* After a device write of [devoff, +len): entries in it take the bytes,
  * from mem, or read back from the device when mem is NULL. */
 int dx_absorb(struct shoal_fs *fs, uint64_t devoff, size_t len, const void *mem);

@@ -324,7 +324,9 @@ int trans_begin_alloc(struct shoal_fs *fs, uint32_t nblocks, uint64_t nalloc)
 		if (err)
 			return err;
 	}
-	if (fs->fs_dx.dx_count + 2 > fs->fs_dx.dx_max) {
+	/* an operation adds at most three entries: a block unstuffed and the
+	 * two a write of at most one block touches (file.c (4), (5)) */
+	if (fs->fs_dx.dx_count + 3 > fs->fs_dx.dx_max) {
 		err = jnl_commit(fs); /* dindex.c (4): its blocks go home */
 		if (err)
 			return err;

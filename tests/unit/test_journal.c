@@ -1369,6 +1369,82 @@ static void test_dirty_index(void **state)
 	tu_rmimage(base);
 }
 
+/*
+ * (f2) Writes of at most one block into blocks they allocate (file.c (5))
+ * wait in the dirty-block index: no device write when they arrive, reads
+ * see them (zeros around the bytes of a part-block write), the fsync's
+ * full commit writes each home once, and a power cut before any commit
+ * loses the blocks and their allocation together: holes again, fsck clean.
+ */
+static void test_dirty_index_new_blocks(void **state)
+{
+	char *base = base_image(), *img = tu_tmpimage(IMG_SIZE);
+	struct shoal_counters c0, c1;
+	struct fmount m;
+	struct stat st, out, a = { .st_size = 65536 };
+	static uint8_t data[65536], buf[65536];
+	uint64_t ino;
+
+	(void)state;
+	copy_image(base, img);
+	mount_fault(img, &m, &no_faults);
+	struct shoal_fs *fs = m.fm_fs;
+	assert_int_equal(shoal_create(fs, &ctx, shoal_root(fs), "nb", 0644, O_RDWR, &st), 0);
+	ino = st.st_ino;
+	assert_int_equal(shoal_setattr(fs, &ctx, ino, &a, SHOAL_SET_SIZE, &out), 0); /* sparse */
+	assert_int_equal(shoal_fsync(fs, ino, 0), 0);
+	memset(data, 0, sizeof(data));
+
+	/* pages 7..0, as the kernel launders a mapping, then 100 bytes into
+	 * the middle of block 9 */
+	for (int i = 7; i >= 0; i--) {
+		pattern(data + i * 4096, 4096, 600 + i);
+		shoal_counters(fs, &c0);
+		assert_int_equal(shoal_write(fs, &ctx, ino, data + i * 4096, 4096, i * 4096, O_RDWR),
+				 4096);
+		shoal_counters(fs, &c1);
+		assert_int_equal(c1.sc_dev_writes - c0.sc_dev_writes, 0);
+	}
+	pattern(data + 9 * 4096 + 1000, 100, 700);
+	shoal_counters(fs, &c0);
+	assert_int_equal(shoal_write(fs, &ctx, ino, data + 9 * 4096 + 1000, 100, 9 * 4096 + 1000,
+				     O_RDWR), 100);
+	shoal_counters(fs, &c1);
+	assert_int_equal(c1.sc_dev_writes - c0.sc_dev_writes, 0);
+	assert_int_equal(shoal_read(fs, ino, buf, sizeof(buf), 0, O_RDONLY), (ssize_t)sizeof(buf));
+	assert_memory_equal(buf, data, sizeof(buf));
+
+	/* fsync: one full commit writes the nine blocks home */
+	shoal_counters(fs, &c0);
+	assert_int_equal(shoal_fsync(fs, ino, 1), 0);
+	shoal_counters(fs, &c1);
+	assert_int_equal(c1.sc_commits - c0.sc_commits, 1);
+	assert_int_equal(c1.sc_wb_written - c0.sc_wb_written, 9);
+	assert_int_equal(c1.sc_wb_visited - c0.sc_wb_visited, 9);
+
+	/* two more pages, never committed, then the power cut */
+	static uint8_t lost[8192];
+	pattern(lost, sizeof(lost), 800);
+	assert_int_equal(shoal_write(fs, &ctx, ino, lost, 4096, 12 * 4096, O_RDWR), 4096);
+	assert_int_equal(shoal_write(fs, &ctx, ino, lost + 4096, 4096, 13 * 4096, O_RDWR), 4096);
+	crash(&m, 0);
+	fsck_clean(img, "new blocks in the index: after the power cut");
+
+	fs = mount_plain(img, SHOAL_NOATIME);
+	ino = lookup_in(fs, shoal_root(fs), "nb");
+	assert_int_equal(shoal_getattr(fs, ino, &st), 0);
+	assert_int_equal(st.st_size, sizeof(data));
+	assert_int_equal(shoal_read(fs, ino, buf, sizeof(buf), 0, O_RDONLY), (ssize_t)sizeof(buf));
+	for (size_t i = 0; i < sizeof(buf); i += 512)
+		if (memcmp(buf + i, data + i, 512))
+			fail_msg("after the power cut: bytes %zu..%zu are not what fsync acknowledged "
+				 "(or zeros where nothing was)", i, i + 511);
+	tc_check_tree(fs, 1);
+	assert_int_equal(shoal_unmount(fs), 0);
+	tu_rmimage(img);
+	tu_rmimage(base);
+}
+
 /* Raw comparison of two images outside the journals. */
 static void expect_same_blocks(const char *a, const char *b, const char *what)
 {
@@ -1725,6 +1801,7 @@ int main(void)
 		cmocka_unit_test(test_fsync_after_evict),
 		cmocka_unit_test(test_fast_commit),
 		cmocka_unit_test(test_dirty_index),
+		cmocka_unit_test(test_dirty_index_new_blocks),
 		cmocka_unit_test(test_eio_journal_write),
 		cmocka_unit_test(test_eio_journal_flush),
 		cmocka_unit_test(test_eio_data_write),
