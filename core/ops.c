@@ -300,6 +300,70 @@ static void set_ts(struct shoal_ts *t, const struct timespec *ts)
 	t->ts_nsec = (uint32_t)ts->tv_nsec;
 }
 
+/*
+ * What writing or truncating a file drops (fuse/main.c killpriv_v2: the
+ * kernel leaves it to libshoal, and so it holds for what another node
+ * changed too): the set-ID bits when the caller is not root (the kernel's
+ * test is CAP_FSETID, which libshoal cannot see; ext4 drops them for every
+ * caller without it), the group one only with group execute (without it,
+ * it marks mandatory locking), and security.capability for every caller.
+ * Nothing for the kernel's writeback of a mapping (SHOAL_CTX_CACHE), as
+ * ext4 drops nothing on a write through a mapping.  kill_priv_prepare runs
+ * before the transaction begins: it holds the group of the xattr block,
+ * which the removal may free.
+ */
+static const char kill_cap_name[] = "security.capability";
+static __thread int privs_dropped; /* shoal_privs_dropped() */
+
+int shoal_privs_dropped(void)
+{
+	int r = privs_dropped;
+	privs_dropped = 0;
+	return r;
+}
+
+static int kill_priv_prepare(struct shoal_fs *fs, const struct shoal_ctx *ctx,
+			     struct shoal_inode *ip, int *cap)
+{
+	struct shoal_dinode *di = ip_di(ip);
+	ssize_t n;
+
+	*cap = 0;
+	if ((ctx && (ctx->c_flags & SHOAL_CTX_CACHE)) || !di->di_xattr || !S_ISREG(di->di_mode))
+		return 0;
+	n = xattr_get(fs, ip, kill_cap_name, NULL, 0);
+	if (n == -ENODATA)
+		return 0;
+	if (n < 0)
+		return (int)n;
+	*cap = 1;
+	return rg_hold_of(fs, di->di_xattr);
+}
+
+static int kill_priv(struct shoal_fs *fs, const struct shoal_ctx *ctx, struct shoal_inode *ip,
+		     int cap)
+{
+	struct shoal_dinode *di = ip_di(ip);
+
+	if (ctx && (ctx->c_flags & SHOAL_CTX_CACHE))
+		return 0;
+	if (ctx && ctx->c_uid != 0 && (di->di_mode & (S_ISUID | S_ISGID)) && S_ISREG(di->di_mode)) {
+		mode_t was = di->di_mode;
+		inode_dirty(fs, ip, 1);
+		di->di_mode &= ~S_ISUID;
+		if (di->di_mode & S_IXGRP)
+			di->di_mode &= ~S_ISGID;
+		privs_dropped |= was != di->di_mode;
+	}
+	if (cap) {
+		int err = xattr_remove(fs, ip, kill_cap_name);
+		if (err && err != -ENODATA)
+			return err;
+		privs_dropped |= !err;
+	}
+	return 0;
+}
+
 static int setattr_locked(struct shoal_fs *fs, const struct shoal_ctx *ctx, uint64_t ino,
 			  const struct stat *attr, int valid, struct stat *st);
 
@@ -359,12 +423,17 @@ static int setattr_locked(struct shoal_fs *fs, const struct shoal_ctx *ctx, uint
 		}
 	}
 	err = setattr_allowed(ip, ctx, attr, valid);
+	int cap = 0;
 	if (!err && (valid & SHOAL_SET_SIZE) && (uint64_t)attr->st_size < di->di_size &&
 	    di->di_height)
 		err = rg_hold_all(fs); /* blocks may be freed in any group */
+	if (!err && (valid & SHOAL_SET_SIZE))
+		err = kill_priv_prepare(fs, ctx, ip, &cap);
 	if (err)
 		goto out_put;
 	err = trans_begin(fs, trans_rg_blocks(fs) + RES_META);
+	if (!err && (valid & SHOAL_SET_SIZE))
+		err = kill_priv(fs, ctx, ip, cap); /* an explicit mode below wins */
 	if (err)
 		goto out_put;
 	inode_dirty(fs, ip, (valid & ~(SHOAL_SET_ATIME | SHOAL_SET_MTIME | SHOAL_SET_ATIME_NOW |
@@ -1213,6 +1282,7 @@ static ssize_t write_begin(struct shoal_fs *fs, const struct shoal_ctx *ctx, uin
 	struct shoal_inode *ip;
 	struct shoal_dinode *di;
 	uint64_t nblk = (size >> fs->fs_bshift) + 2;
+	int cap = 0;
 	ssize_t n = hold(fs, ino, GL_EX);
 
 	if (!n)
@@ -1230,15 +1300,12 @@ static ssize_t write_begin(struct shoal_fs *fs, const struct shoal_ctx *ctx, uin
 		uint32_t res = (uint32_t)(nblk / SHOAL_IND_PTRS(fs->fs_bsize) +
 					  nblk / SHOAL_RG_MAX_LENGTH(fs->fs_bsize)) +
 			       SHOAL_MAX_HEIGHT * 2 + RES_META;
-		n = trans_begin_alloc(fs, res, nblk);
+		n = kill_priv_prepare(fs, ctx, ip, &cap);
+		if (!n)
+			n = trans_begin_alloc(fs, res, nblk);
 	}
-	if (!n && ctx && ctx->c_uid != 0 && (di->di_mode & (S_ISUID | S_ISGID))) {
-		/* like ext4: a write by someone other than root drops set-ID bits */
-		inode_dirty(fs, ip, 1);
-		di->di_mode &= ~S_ISUID;
-		if (di->di_mode & S_IXGRP)
-			di->di_mode &= ~S_ISGID;
-	}
+	if (!n)
+		n = kill_priv(fs, ctx, ip, cap);
 	if (n) {
 		inode_put(fs, ip);
 		return n;

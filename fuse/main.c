@@ -51,12 +51,14 @@
 #include <limits.h>
 #include <signal.h>
 #include <stdarg.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <linux/fuse.h>
 #include <sys/file.h>
 #include <sys/stat.h>
+#include <sys/uio.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -520,6 +522,66 @@ static void pin_cpu(const struct mount_args *ma)
 	CPU_SET(cpu, &set);
 	if (sched_setaffinity(0, sizeof(set), &set) < 0)
 		fprintf(stderr, PROG ": cpu=%d: %s (running on all CPUs)\n", cpu, strerror(errno));
+}
+
+/*
+ * FUSE_HANDLE_KILLPRIV_V2, which libfuse 3.14 cannot ask for: the INIT
+ * reply is patched on its way to the kernel (a custom io that is plain
+ * read and writev otherwise).  With it the kernel marks the superblock
+ * SB_NOSEC, so an inode found once without set-ID bits or
+ * security.capability is not asked again (without it, every write(2)
+ * cost a GETXATTR of security.capability before the WRITE: two round
+ * trips where one does), and it leaves killing set-ID bits on write,
+ * truncate and chown, and a file's capability on write and truncate, to
+ * libshoal (core/ops.c kill_priv), which does it on every node's behalf.
+ * Only if the kernel offered the flag; any libfuse without custom io
+ * support simply mounts without it.
+ */
+static int kp_state; /* 0 waiting for INIT, 1 INIT read (kp_unique), 2 done */
+static uint64_t kp_unique;
+static int kp_offered;
+
+static ssize_t kp_read(int fd, void *buf, size_t len, void *userdata)
+{
+	ssize_t n = read(fd, buf, len);
+	(void)userdata;
+	if (n >= (ssize_t)(sizeof(struct fuse_in_header) + offsetof(struct fuse_init_in, flags) +
+			   sizeof(uint32_t)) &&
+	    !__atomic_load_n(&kp_state, __ATOMIC_ACQUIRE)) {
+		const struct fuse_in_header *h = buf;
+		if (h->opcode == FUSE_INIT) {
+			const struct fuse_init_in *in = (const void *)(h + 1);
+			kp_offered = (in->flags & FUSE_HANDLE_KILLPRIV_V2) != 0;
+			kp_unique = h->unique;
+			__atomic_store_n(&kp_state, 1, __ATOMIC_RELEASE);
+		}
+	}
+	return n;
+}
+
+static ssize_t kp_writev(int fd, struct iovec *iov, int count, void *userdata)
+{
+	(void)userdata;
+	if (__atomic_load_n(&kp_state, __ATOMIC_ACQUIRE) == 1 && count >= 2 &&
+	    iov[0].iov_len >= sizeof(struct fuse_out_header)) {
+		const struct fuse_out_header *oh = iov[0].iov_base;
+		if (oh->unique == kp_unique) {
+			if (oh->error == 0 && kp_offered &&
+			    iov[1].iov_len >= offsetof(struct fuse_init_out, flags) + sizeof(uint32_t))
+				((struct fuse_init_out *)iov[1].iov_base)->flags |= FUSE_HANDLE_KILLPRIV_V2;
+			__atomic_store_n(&kp_state, 2, __ATOMIC_RELEASE);
+		}
+	}
+	return writev(fd, iov, count);
+}
+
+static void killpriv_v2_io(struct fuse_session *se)
+{
+	static const struct fuse_custom_io io = {.read = kp_read, .writev = kp_writev};
+	int ret = fuse_session_custom_io(se, &io, fuse_session_fd(se));
+	if (ret != 0)
+		fprintf(stderr, PROG ": FUSE custom io: %s (the kernel checks security.capability "
+			"on every write)\n", strerror(ret < 0 ? -ret : EINVAL));
 }
 
 /*
@@ -1029,6 +1091,7 @@ int main(int argc, char **argv)
 		status = 1;
 		goto out_destroy;
 	}
+	killpriv_v2_io(sm.sm_se);
 	if (fuse_set_signal_handlers(sm.sm_se) != 0) {
 		fprintf(stderr, PROG ": cannot set signal handlers\n");
 		status = 1;

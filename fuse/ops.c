@@ -361,7 +361,9 @@ static void op_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr, int to
 	req_ctx(req, &ctx);
 	if (fi)
 		ctx.c_flags |= SHOAL_CTX_FH; /* ftruncate: the open checked already */
-	reply_attr(req, shoal_setattr(fs, &ctx, ino_in(fs, ino), attr, valid, &st), &st);
+	int ret = shoal_setattr(fs, &ctx, ino_in(fs, ino), attr, valid, &st);
+	(void)shoal_privs_dropped(); /* the reply carries the new mode */
+	reply_attr(req, ret, &st);
 }
 
 static void op_readlink(fuse_req_t req, fuse_ino_t ino)
@@ -713,6 +715,8 @@ static void op_write_buf(fuse_req_t req, fuse_ino_t ino, struct fuse_bufvec *buf
 	ssize_t n = -EOPNOTSUPP;
 
 	req_ctx(req, &ctx);
+	if (fi->writepage)
+		ctx.c_flags |= SHOAL_CTX_CACHE; /* drops no privileges: kill_priv */
 	/* large payloads move device-side; small ones (often inline) via memory */
 	if (size >= SMOUNT_SPLICE_MIN && !(bufv->count == 1 && !(bufv->buf[0].flags & FUSE_BUF_IS_FD)))
 		n = shoal_write_direct(fs, &ctx, ino_in(fs, ino), size, (uint64_t)off, fi->flags,
@@ -741,6 +745,11 @@ static void op_write_buf(fuse_req_t req, fuse_ino_t ino, struct fuse_bufvec *buf
 		n = shoal_write(fs, &ctx, ino_in(fs, ino), mem, size, (uint64_t)off, fi->flags);
 		free(tmp);
 	}
+	/* the kernel left dropping privileges to us (main.c killpriv_v2) and
+	 * keeps the mode it has: attributes only, which takes no lock */
+	if (shoal_privs_dropped())
+		fuse_lowlevel_notify_inval_inode(((struct smount *)fuse_req_userdata(req))->sm_se,
+						 ino, -1, 0);
 	if (n < 0)
 		fuse_reply_err(req, (int)-n);
 	else

@@ -67,6 +67,7 @@ struct shoal_ctx {
 	int c_flags; /* SHOAL_CTX_* */
 };
 #define SHOAL_CTX_FH 0x1 /* setattr through an open file: no write check */
+#define SHOAL_CTX_CACHE 0x2 /* a write of the kernel's page cache (a mapping's writeback) */
 
 /*
  * Permission checks are libshoal's (perm.c): the FUSE glue names the caller
@@ -88,6 +89,11 @@ int shoal_access(struct shoal_fs *fs, uint64_t ino, int mask);
 #define SHOAL_SET_ATIME_NOW 0x40
 #define SHOAL_SET_MTIME_NOW 0x80
 #define SHOAL_SET_CTIME 0x100
+
+/* Whether the last write or truncate of this thread dropped set-ID bits or
+ * security.capability (then cleared): what the caller caches of the
+ * file's attributes is stale. */
+int shoal_privs_dropped(void);
 
 /* Counters of a mount (shoal stat). */
 struct shoal_counters {

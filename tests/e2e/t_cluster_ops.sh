@@ -468,6 +468,25 @@ os.utime(B + p)
 want("A mtime after B utime(now)", os.stat(B + p).st_mtime_ns, os.stat(A + p).st_mtime_ns)
 ')"
 
+check_eq "a file capability set on B is dropped by a write on A, whose kernel checked the file before" OK "$(xp '
+import struct
+p = "/d1/capx"
+wr(A + p, b"x")
+with open(A + p, "ab") as f:
+    f.write(b"y") # A kernel: no set-ID bits, no capability: it stops asking (SB_NOSEC)
+os.setxattr(B + p, "security.capability", struct.pack("<IIIII", 0x02000001, 1 << 13, 0, 0, 0))
+want("A sees the capability", True, "security.capability" in os.listxattr(A + p))
+with open(A + p, "ab") as f:
+    f.write(b"z")
+want("B: capability gone after the write on A", False, "security.capability" in os.listxattr(B + p))
+want("A: capability gone", False, "security.capability" in os.listxattr(A + p))
+os.chmod(B + p, 0o4777)
+with open(A + p, "r+b") as f:
+    f.truncate(1)
+want("C: data after the truncate on A", b"x", open(C + p, "rb").read())
+want("A: a truncate by root keeps setuid", 0o4777, stat.S_IMODE(os.stat(A + p).st_mode))
+')"
+
 check_eq "mtime and size after a write on A: B stat agrees with A" OK "$(xp '
 p = "/d1/mt"
 wr(A + p, b"1")

@@ -128,6 +128,30 @@ check_eq "a write by root keeps setuid" 4777 \
 chmod 4777 "$m/pub/suid_root"
 check_eq "truncate of a setuid file by a non-owner succeeds" OK "$(ut 'os.truncate(a[0], 0)' "$m/pub/suid_root")"
 check_eq "... and clears setuid" 777 "$(stat -c %a "$m/pub/suid_root")"
+echo g >"$m/pub/sgid_noexec" && chmod 2666 "$m/pub/sgid_noexec"
+check_eq "a non-owner's write keeps setgid without group execute (as ext4)" "OK 2666" \
+	"$(ut 'fd = os.open(a[0], os.O_WRONLY | os.O_APPEND); os.write(fd, b"x"); os.close(fd)' "$m/pub/sgid_noexec") $(stat -c %a "$m/pub/sgid_noexec")"
+ut 'open(a[0], "w").write("m" * 8192); os.chmod(a[0], 0o4755)' "$m/pub/suid_map" >/dev/null
+check_eq "a write through a shared mapping keeps setuid (as ext4)" "OK 4755" \
+	"$(ut 'import mmap; fd = os.open(a[0], os.O_RDWR); mm = mmap.mmap(fd, 8192); mm[0:1] = b"w"; mm.flush(); mm.close(); os.fsync(fd); os.close(fd)' "$m/pub/suid_map") $(stat -c %a "$m/pub/suid_map")"
+
+# --- file capabilities dropped by write and truncate (as ext4), for root too ----------------
+# (the mount asks the kernel for FUSE_HANDLE_KILLPRIV_V2: libshoal drops them)
+cap_set() { "$T_PY" -c 'import os, struct, sys; os.setxattr(sys.argv[1], "security.capability", struct.pack("<IIIII", 0x02000001, 1 << 13, 0, 0, 0))' "$1"; }
+cap_has() { "$T_PY" -c '
+import os, sys
+try:
+    os.getxattr(sys.argv[1], "security.capability"); print("cap")
+except OSError:
+    print("none")' "$1"; }
+echo c >"$m/pub/capw" && cap_set "$m/pub/capw"
+check_eq "security.capability set" cap "$(cap_has "$m/pub/capw")"
+echo more >>"$m/pub/capw"
+check_eq "a write by root drops security.capability" none "$(cap_has "$m/pub/capw")"
+echo c >"$m/pub/capt" && cap_set "$m/pub/capt" && truncate -s 1 "$m/pub/capt"
+check_eq "a truncate by root drops security.capability" none "$(cap_has "$m/pub/capt")"
+echo c >"$m/pub/capr" && cap_set "$m/pub/capr" && cat "$m/pub/capr" >/dev/null && chmod 644 "$m/pub/capr"
+check_eq "a read and a chmod keep security.capability" cap "$(cap_has "$m/pub/capr")"
 
 # --- access() -------------------------------------------------------------------------------
 check_eq "access() for the test user" "False False True True False True False True False" "$(as_user "$T_PY" -c '
