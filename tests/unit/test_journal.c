@@ -1265,6 +1265,44 @@ static void test_fast_commit(void **state)
 	tu_rmimage(base);
 }
 
+/* A fresh image on the fault device, with an empty file NAME: its inode. */
+static uint64_t dx_setup(char **base, char **img, struct fmount *m, const char *name)
+{
+	struct stat st;
+
+	*base = base_image();
+	*img = tu_tmpimage(IMG_SIZE);
+	copy_image(*base, *img);
+	mount_fault(*img, m, &no_faults);
+	assert_int_equal(shoal_create(m->fm_fs, &ctx, shoal_root(m->fm_fs), name, 0644, O_RDWR, &st),
+			 0);
+	return st.st_ino;
+}
+
+/* After the power cut: fsck clean, and NAME holds want, len bytes, exactly. */
+static void dx_check_after_cut(char *base, char *img, const char *name, const uint8_t *want,
+			       size_t len, const char *what)
+{
+	static uint8_t buf[65536];
+	struct stat st;
+
+	assert_true(len <= sizeof(buf));
+	fsck_clean(img, what);
+	struct shoal_fs *fs = mount_plain(img, SHOAL_NOATIME);
+	uint64_t ino = lookup_in(fs, shoal_root(fs), name);
+	assert_int_equal(shoal_getattr(fs, ino, &st), 0);
+	assert_int_equal(st.st_size, len);
+	assert_int_equal(shoal_read(fs, ino, buf, len, 0, O_RDONLY), (ssize_t)len);
+	for (size_t i = 0; i < len; i += 512)
+		if (memcmp(buf + i, want + i, 512))
+			fail_msg("%s: bytes %zu..%zu differ from what fsync acknowledged (or from "
+				 "zeros where nothing was)", what, i, i + 511);
+	tc_check_tree(fs, 1);
+	assert_int_equal(shoal_unmount(fs), 0);
+	tu_rmimage(img);
+	tu_rmimage(base);
+}
+
 /*
  * (f) The dirty-block index (core/dindex.c): an fsync'ed small overwrite
  * costs one device write (the fast-commit block, carrying the data) and
@@ -1277,19 +1315,15 @@ static void test_fast_commit(void **state)
  */
 static void test_dirty_index(void **state)
 {
-	char *base = base_image(), *img = tu_tmpimage(IMG_SIZE);
+	char *base, *img;
 	struct shoal_counters c0, c1;
 	struct fmount m;
-	struct stat st;
 	static uint8_t data[65536], buf[65536];
 	uint64_t ino;
 
 	(void)state;
-	copy_image(base, img);
-	mount_fault(img, &m, &no_faults);
+	ino = dx_setup(&base, &img, &m, "dx");
 	struct shoal_fs *fs = m.fm_fs;
-	assert_int_equal(shoal_create(fs, &ctx, shoal_root(fs), "dx", 0644, O_RDWR, &st), 0);
-	ino = st.st_ino;
 	pattern(data, sizeof(data), 11);
 	assert_int_equal(shoal_write(fs, &ctx, ino, data, sizeof(data), 0, O_RDWR),
 			 (ssize_t)sizeof(data));
@@ -1352,21 +1386,7 @@ static void test_dirty_index(void **state)
 	assert_int_equal(shoal_read(fs, ino, buf, sizeof(buf), 0, O_RDONLY), (ssize_t)sizeof(buf));
 	assert_memory_equal(buf, data, sizeof(buf));
 	crash(&m, 0); /* every unflushed write is lost */
-	fsck_clean(img, "dirty index: after the power cut");
-
-	fs = mount_plain(img, SHOAL_NOATIME);
-	ino = lookup_in(fs, shoal_root(fs), "dx");
-	assert_int_equal(shoal_getattr(fs, ino, &st), 0);
-	assert_int_equal(st.st_size, sizeof(data));
-	assert_int_equal(shoal_read(fs, ino, buf, sizeof(buf), 0, O_RDONLY), (ssize_t)sizeof(buf));
-	for (size_t i = 0; i < sizeof(buf); i += 512)
-		if (memcmp(buf + i, data + i, 512))
-			fail_msg("after the power cut: bytes %zu..%zu differ from what fsync acknowledged",
-				 i, i + 511);
-	tc_check_tree(fs, 1);
-	assert_int_equal(shoal_unmount(fs), 0);
-	tu_rmimage(img);
-	tu_rmimage(base);
+	dx_check_after_cut(base, img, "dx", data, sizeof(data), "dirty index: after the power cut");
 }
 
 /*
@@ -1378,19 +1398,16 @@ static void test_dirty_index(void **state)
  */
 static void test_dirty_index_new_blocks(void **state)
 {
-	char *base = base_image(), *img = tu_tmpimage(IMG_SIZE);
+	char *base, *img;
 	struct shoal_counters c0, c1;
 	struct fmount m;
-	struct stat st, out, a = { .st_size = 65536 };
+	struct stat out, a = { .st_size = 65536 };
 	static uint8_t data[65536], buf[65536];
 	uint64_t ino;
 
 	(void)state;
-	copy_image(base, img);
-	mount_fault(img, &m, &no_faults);
+	ino = dx_setup(&base, &img, &m, "nb");
 	struct shoal_fs *fs = m.fm_fs;
-	assert_int_equal(shoal_create(fs, &ctx, shoal_root(fs), "nb", 0644, O_RDWR, &st), 0);
-	ino = st.st_ino;
 	assert_int_equal(shoal_setattr(fs, &ctx, ino, &a, SHOAL_SET_SIZE, &out), 0); /* sparse */
 	assert_int_equal(shoal_fsync(fs, ino, 0), 0);
 	memset(data, 0, sizeof(data));
@@ -1428,21 +1445,8 @@ static void test_dirty_index_new_blocks(void **state)
 	assert_int_equal(shoal_write(fs, &ctx, ino, lost, 4096, 12 * 4096, O_RDWR), 4096);
 	assert_int_equal(shoal_write(fs, &ctx, ino, lost + 4096, 4096, 13 * 4096, O_RDWR), 4096);
 	crash(&m, 0);
-	fsck_clean(img, "new blocks in the index: after the power cut");
-
-	fs = mount_plain(img, SHOAL_NOATIME);
-	ino = lookup_in(fs, shoal_root(fs), "nb");
-	assert_int_equal(shoal_getattr(fs, ino, &st), 0);
-	assert_int_equal(st.st_size, sizeof(data));
-	assert_int_equal(shoal_read(fs, ino, buf, sizeof(buf), 0, O_RDONLY), (ssize_t)sizeof(buf));
-	for (size_t i = 0; i < sizeof(buf); i += 512)
-		if (memcmp(buf + i, data + i, 512))
-			fail_msg("after the power cut: bytes %zu..%zu are not what fsync acknowledged "
-				 "(or zeros where nothing was)", i, i + 511);
-	tc_check_tree(fs, 1);
-	assert_int_equal(shoal_unmount(fs), 0);
-	tu_rmimage(img);
-	tu_rmimage(base);
+	dx_check_after_cut(base, img, "nb", data, sizeof(data),
+			   "new blocks in the index: after the power cut");
 }
 
 /* Raw comparison of two images outside the journals. */
