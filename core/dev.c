@@ -9,7 +9,16 @@
  *      is durable once d_flush_gen >= g;
  *  (3) a direct write (d_dfd) and a buffered one stay coherent: the kernel
  *      writes back and drops cached pages of the range around a direct
- *      write, and fdatasync of either descriptor flushes the device cache.
+ *      write, and fdatasync of either descriptor flushes the device cache;
+ *  (4) dev_write sends writes of at least DEV_DIRECT_MIN bytes whose offset
+ *      and length are multiples of the page size through the O_DIRECT
+ *      descriptor, so file data (the kernel's page cache above FUSE caches
+ *      it already) is not copied into a second page cache, the device's,
+ *      and flushed from there: bench seq, 1 MiB writes, 342 -> 513 MiB/s,
+ *      mmext unmap 174 -> 250 MiB/s and no longer slowing down as the file
+ *      grows.  Page alignment keeps a direct write off every page a
+ *      buffered write of another block may be dirtying (blocks can be
+ *      1 KiB), which could otherwise defeat the kernel's invalidation (3).
  */
 #include "dev.h"
 
@@ -22,6 +31,9 @@
 #include <sys/ioctl.h>
 #include <sys/stat.h>
 #include <unistd.h>
+
+#define DEV_PAGE 4096u		   /* no direct write shares a page with a buffered one */
+#define DEV_DIRECT_MIN (64u << 10) /* smaller ones stay buffered: see (4) */
 
 static void stat_add(uint64_t *ctr, uint64_t v)
 {
@@ -67,6 +79,7 @@ static int file_pwrite(struct shoal_dev *dev, const void *buf, size_t len, uint6
 }
 
 /* The aligned buffer of O_DIRECT writes: one per thread, freed at its exit. */
+#define BOUNCE_SIZE (1u << 20)
 static pthread_key_t bounce_key;
 static pthread_once_t bounce_once = PTHREAD_ONCE_INIT;
 
@@ -75,33 +88,47 @@ static void bounce_init(void)
 	pthread_key_create(&bounce_key, free);
 }
 
-/* Sector-aligned bytes through the O_DIRECT descriptor; -EINVAL: not here. */
-static int file_pwrite_direct(struct shoal_dev *dev, const void *buf, size_t len, uint64_t off)
+/*
+ * Bytes through the O_DIRECT descriptor, staged in the thread's aligned
+ * buffer; -EINVAL: not here (unaligned, or the file takes no O_DIRECT).
+ * align is 512 for the small writes of dev_write_small, the page size for
+ * dev_write's (invariant (4)).
+ */
+static int file_pwrite_direct(struct shoal_dev *dev, const void *buf, size_t len, uint64_t off,
+			      size_t align)
 {
+	const char *p = buf;
 	void *bounce;
-	ssize_t n;
 
-	if (len > 65536 || (len | off) & 511)
+	if (dev->d_dfd < 0 || !len || (len | off) & (align - 1))
 		return -EINVAL;
 	pthread_once(&bounce_once, bounce_init);
 	bounce = pthread_getspecific(bounce_key);
 	if (!bounce) {
-		if (posix_memalign(&bounce, 4096, 65536))
+		if (posix_memalign(&bounce, 4096, BOUNCE_SIZE))
 			return -EINVAL;
 		if (pthread_setspecific(bounce_key, bounce)) {
 			free(bounce);
 			return -EINVAL;
 		}
 	}
-	memcpy(bounce, buf, len);
-	do
-		n = pwrite(dev->d_dfd, bounce, len, (off_t)off);
-	while (n < 0 && errno == EINTR);
-	if (n == (ssize_t)len)
-		return 0;
-	if (n < 0 && errno != EINVAL)
-		return -errno;
-	return n < 0 ? -EINVAL : -EIO;
+	while (len) {
+		size_t chunk = len < BOUNCE_SIZE ? len : BOUNCE_SIZE;
+		ssize_t n;
+
+		memcpy(bounce, p, chunk);
+		do
+			n = pwrite(dev->d_dfd, bounce, chunk, (off_t)off);
+		while (n < 0 && errno == EINTR);
+		if (n < 0)
+			return errno == EINVAL && p == buf ? -EINVAL : -errno;
+		if (n != (ssize_t)chunk)
+			return -EIO;
+		p += chunk;
+		off += chunk;
+		len -= chunk;
+	}
+	return 0;
 }
 
 static int file_flush(struct shoal_dev *dev)
@@ -209,7 +236,15 @@ static int write_begin(struct shoal_dev *dev, size_t len, uint64_t off)
 int dev_write(struct shoal_dev *dev, const void *buf, size_t len, uint64_t off)
 {
 	int err = write_begin(dev, len, off);
-	return err ? err : dev->d_ops->pwrite(dev, buf, len, off);
+
+	if (err)
+		return err;
+	if (dev->d_ops == &dev_file_ops && len >= DEV_DIRECT_MIN) {
+		err = file_pwrite_direct(dev, buf, len, off, DEV_PAGE);
+		if (err != -EINVAL)
+			return err;
+	}
+	return dev->d_ops->pwrite(dev, buf, len, off);
 }
 
 int dev_write_small(struct shoal_dev *dev, const void *buf, size_t len, uint64_t off)
@@ -218,8 +253,8 @@ int dev_write_small(struct shoal_dev *dev, const void *buf, size_t len, uint64_t
 
 	if (err)
 		return err;
-	if (dev->d_ops == &dev_file_ops && dev->d_dfd >= 0) {
-		err = file_pwrite_direct(dev, buf, len, off);
+	if (dev->d_ops == &dev_file_ops && len <= 65536) {
+		err = file_pwrite_direct(dev, buf, len, off, 512);
 		if (err != -EINVAL)
 			return err;
 	}

@@ -35,7 +35,7 @@ struct shoal_dev {
 	uint64_t d_write_gen; /* atomic: bumped by every write */
 	uint64_t d_flush_gen; /* atomic: d_write_gen as of the last flush */
 	int d_fenced;         /* atomic: self-fenced, every write fails */
-	int d_dfd;            /* the same file opened O_DIRECT, or -1 (dev_write_small) */
+	int d_dfd;            /* the same file opened O_DIRECT, or -1 (dev.c (4)) */
 };
 
 /* Open a regular file or block device.  size 0 means "use its size". */
@@ -43,6 +43,7 @@ int dev_open(const char *path, int readonly, struct shoal_dev **out);
 void dev_close(struct shoal_dev *dev);
 
 int dev_read(struct shoal_dev *dev, void *buf, size_t len, uint64_t off);
+/* Large page-aligned writes go around the device's page cache (dev.c (4)). */
 int dev_write(struct shoal_dev *dev, const void *buf, size_t len, uint64_t off);
 /*
  * Write part of a block so that only those bytes reach the device (O_DIRECT

@@ -6,6 +6,7 @@
  * layout this test computes on its own from the notes (not from format.c).
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -13,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -610,6 +612,83 @@ static void test_readonly_device(void **state)
 	tu_rmimage(path);
 }
 
+/* Pages of the image file's page cache in [off, off + len): mincore. */
+static size_t resident_pages(const char *path, uint64_t off, size_t len)
+{
+	long pg = sysconf(_SC_PAGESIZE);
+	int fd = open(path, O_RDONLY);
+	unsigned char vec[1024];
+	size_t n = 0;
+	void *m;
+
+	assert_true(fd >= 0);
+	assert_true(len / (size_t)pg <= sizeof(vec));
+	m = mmap(NULL, len, PROT_READ, MAP_SHARED, fd, (off_t)off);
+	assert_true(m != MAP_FAILED);
+	assert_int_equal(mincore(m, len, vec), 0);
+	for (size_t i = 0; i < len / (size_t)pg; i++)
+		n += vec[i] & 1;
+	munmap(m, len);
+	close(fd);
+	return n;
+}
+
+/*
+ * dev.c (4): a large page-aligned write goes around the image's page cache
+ * (it stays out of it) and reads back right, also over a range a buffered
+ * write had just dirtied; a small one, or a large one off page alignment,
+ * is buffered.  Where the file takes no O_DIRECT (tmpfs) every write is
+ * buffered and only the contents are checked.
+ */
+static void test_direct_writes(void **state)
+{
+	char *path = tu_tmpimage(64 * MiB);
+	struct shoal_dev *dev;
+	size_t big = 1 * MiB + 64 * 1024;
+	uint8_t *a = malloc(big), *b = malloc(big);
+	int direct;
+
+	assert_non_null(a);
+	assert_non_null(b);
+	assert_int_equal(dev_open(path, 0, &dev), 0);
+	direct = dev->d_dfd >= 0;
+	for (size_t i = 0; i < big; i++)
+		a[i] = (uint8_t)(i * 7 + 3);
+
+	/* buffered small write, then a direct one over it and past it */
+	memset(b, 0xee, 4096);
+	assert_int_equal(dev_write(dev, b, 4096, 8 * MiB + 4096), 0);
+	assert_int_equal(dev_write(dev, a + 1, big, 8 * MiB), 0); /* source off alignment */
+	if (direct)
+		assert_int_equal(resident_pages(path, 8 * MiB, big), 0);
+	assert_int_equal(dev_read(dev, b, big, 8 * MiB), 0);
+	assert_memory_equal(b, a + 1, big);
+
+	/* not page-aligned: buffered, and right */
+	assert_int_equal(dev_write(dev, a, big, 16 * MiB + 512), 0);
+	if (direct)
+		assert_true(resident_pages(path, 16 * MiB, 2 * MiB) > 0);
+	assert_int_equal(dev_read(dev, b, big, 16 * MiB + 512), 0);
+	assert_memory_equal(b, a, big);
+
+	/* a write that ends at the device's end is direct too; one past fails */
+	assert_int_equal(dev_write(dev, a, 1 * MiB, 63 * MiB), 0);
+	assert_int_equal(dev_write(dev, a, 2 * MiB, 63 * MiB), -EIO);
+	assert_int_equal(dev_read(dev, b, 1 * MiB, 63 * MiB), 0);
+	assert_memory_equal(b, a, 1 * MiB);
+
+	/* durable through dev_flush, and seen by a new open */
+	assert_int_equal(dev_flush(dev), 0);
+	dev_close(dev);
+	assert_int_equal(dev_open(path, 1, &dev), 0);
+	assert_int_equal(dev_read(dev, b, big, 8 * MiB), 0);
+	assert_memory_equal(b, a + 1, big);
+	dev_close(dev);
+	free(a);
+	free(b);
+	tu_rmimage(path);
+}
+
 /* tu_format() hands back a formatted, open device. */
 static void test_testutil(void **state)
 {
@@ -643,6 +722,7 @@ int main(void)
 		cmocka_unit_test(test_random_fields),
 		cmocka_unit_test(test_progress),
 		cmocka_unit_test(test_readonly_device),
+		cmocka_unit_test(test_direct_writes),
 		cmocka_unit_test(test_testutil),
 	};
 
