@@ -155,6 +155,7 @@ SPECS = {
         ("shoal_u_commits", "  shoal stat: commits", 1, "%.0f", []),
         ("shoal_u_dev_flushes", "  shoal stat: dev_flushes", 1, "%.0f", []),
         ("shoal_u_wb_visited", "  shoal stat: wb_visited", 1, "%.0f", []),
+        ("shoal_u_page_writes", "  shoal stat: page_writes (kernel's page writeback)", 1, "%.0f", []),
         ("m_mib_s", "mremap, one mapping: MiB/s (fill + fsync)", 1, "%.1f", [T_CL2(">=", 0.5)]),
         ("m_first_mib_s", "  first 64 MiB segment MiB/s", 1, "%.1f", []),
         ("m_last_mib_s", "  last 64 MiB segment MiB/s", 1, "%.1f", []),
@@ -164,6 +165,8 @@ SPECS = {
         ("m_wr_ios", "  device write requests (loop)", 1, "%.0f", []),
         ("shoal_m_dev_writes", "  shoal stat: dev_writes", 1, "%.0f", []),
         ("shoal_m_commits", "  shoal stat: commits", 1, "%.0f", []),
+        ("shoal_m_page_writes", "  shoal stat: page_writes (kernel's page writeback)", 1, "%.0f", []),
+        ("shoal_m_wb_kicks", "  shoal stat: wb_kicks (writeback started before a resize)", 1, "%.0f", []),
         ("umount_wr_bytes", "device MiB written until unmounted (both)", MIB, "%.1f", []),
     ]),
     "wbcost": (MAIN_COLS, [

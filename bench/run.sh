@@ -724,6 +724,8 @@ wl_mmext() {
 		emit_delta "$fs" "$r" "shoal_${x}_commits" "$work/base" "$work/after" shoal_commits
 		emit_delta "$fs" "$r" "shoal_${x}_dev_flushes" "$work/base" "$work/after" shoal_dev_flushes
 		emit_delta "$fs" "$r" "shoal_${x}_wb_visited" "$work/base" "$work/after" shoal_wb_visited
+		emit_delta "$fs" "$r" "shoal_${x}_page_writes" "$work/base" "$work/after" shoal_page_writes
+		emit_delta "$fs" "$r" "shoal_${x}_wb_kicks" "$work/base" "$work/after" shoal_wb_kicks
 		say "  round $r $fs $p: $(field "$o" mib_s) MiB/s (segments: first $(field "$o" first_mib_s), last $(field "$o" last_mib_s) MiB/s, flat $(field "$o" flat); fsync $(field "$o" fsync_s)s); device $(dv "$work/base" "$work/after" loop_wr_bytes) bytes in $(dv "$work/base" "$work/after" loop_wr_ios) writes"
 		rm -f "${mnt[$fs]}/mmext-$p.dat"
 	done

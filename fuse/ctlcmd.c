@@ -80,6 +80,7 @@ static int cmd_stat(void *arg, const char *args, FILE *out)
 		uint64_t v = *(const uint64_t *)((const char *)&sc + counter_names[i].off);
 		fprintf(out, "%s %llu\n", counter_names[i].name, (unsigned long long)v);
 	}
+	wbkick_stats(out);
 	fprintf(out, "readonly %d\n", shoal_is_readonly(sm->sm_fs) ? 1 : 0);
 	err = shoal_error(sm->sm_fs);
 	if (err)

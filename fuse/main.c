@@ -1108,6 +1108,7 @@ int main(int argc, char **argv)
 		goto out_signals;
 	}
 	fuse_loop_cfg_set_clone_fd(cfg, 0);
+	sm.sm_max_threads = ma.ma_max_threads;
 	if (ma.ma_max_threads)
 		fuse_loop_cfg_set_max_threads(cfg, ma.ma_max_threads);
 	set_signals_blocked(SIG_UNBLOCK);

@@ -361,6 +361,9 @@ static void op_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr, int to
 	req_ctx(req, &ctx);
 	if (fi)
 		ctx.c_flags |= SHOAL_CTX_FH; /* ftruncate: the open checked already */
+	if (to_set & FUSE_SET_ATTR_SIZE) /* before any lock of ours is taken */
+		wbkick_before_resize(fuse_req_userdata(req), (uint64_t)ino,
+				     shoal_generation(fs, ino_in(fs, ino)), (uint64_t)attr->st_size);
 	int ret = shoal_setattr(fs, &ctx, ino_in(fs, ino), attr, valid, &st);
 	(void)shoal_privs_dropped(); /* the reply carries the new mode */
 	reply_attr(req, ret, &st);
@@ -715,8 +718,10 @@ static void op_write_buf(fuse_req_t req, fuse_ino_t ino, struct fuse_bufvec *buf
 	ssize_t n = -EOPNOTSUPP;
 
 	req_ctx(req, &ctx);
-	if (fi->writepage)
+	if (fi->writepage) {
 		ctx.c_flags |= SHOAL_CTX_CACHE; /* drops no privileges: kill_priv */
+		wbkick_note((uint64_t)ino, size);
+	}
 	/* large payloads move device-side; small ones (often inline) via memory */
 	if (size >= SMOUNT_SPLICE_MIN && !(bufv->count == 1 && !(bufv->buf[0].flags & FUSE_BUF_IS_FD)))
 		n = shoal_write_direct(fs, &ctx, ino_in(fs, ino), size, (uint64_t)off, fi->flags,

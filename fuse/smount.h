@@ -75,9 +75,15 @@ struct smount {
 	char sm_node[256];   /* sm_opts.mo_node points here */
 	char sm_log[128];    /* where stderr went when detached, or "" */
 	pid_t sm_pid;
+	unsigned sm_max_threads; /* max_threads=, 0: libfuse's default */
 };
 
 extern const struct fuse_lowlevel_ops smount_ops;
+
+/* wbkick.c: writeback of a mapped file's pages before a size change. */
+void wbkick_note(uint64_t ino, uint64_t bytes); /* a WRITE of the kernel's pages */
+void wbkick_before_resize(struct smount *sm, uint64_t ino, uint64_t gen, uint64_t new_size);
+void wbkick_stats(FILE *out); /* "name value" lines for the stat command */
 /* The control commands: stat, status, glocks, glstats, trace. */
 extern const struct ctl_cmd smount_ctl_cmds[];
 
