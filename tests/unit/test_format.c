@@ -645,14 +645,14 @@ static void test_direct_writes(void **state)
 	char *path = tu_tmpimage(64 * MiB);
 	struct shoal_dev *dev;
 	size_t big = 1 * MiB + 64 * 1024;
-	uint8_t *a = malloc(big), *b = malloc(big);
+	uint8_t *a = malloc(big + 1), *b = malloc(big); /* a + 1: a source off alignment */
 	int direct;
 
 	assert_non_null(a);
 	assert_non_null(b);
 	assert_int_equal(dev_open(path, 0, &dev), 0);
 	direct = dev->d_dfd >= 0;
-	for (size_t i = 0; i < big; i++)
+	for (size_t i = 0; i < big + 1; i++)
 		a[i] = (uint8_t)(i * 7 + 3);
 
 	/* buffered small write, then a direct one over it and past it */
