@@ -89,8 +89,8 @@ static void bounce_init(void)
 }
 
 /*
- * Bytes through the O_DIRECT descriptor, staged in the thread's aligned
- * buffer; -EINVAL: not here (unaligned, or the file takes no O_DIRECT).
+ * Bytes through the O_DIRECT descriptor, from buf itself when it is
+ * sector-aligned, else staged in the thread's aligned buffer; -EINVAL: not here (unaligned, or the file takes no O_DIRECT).
  * align is 512 for the small writes of dev_write_small, the page size for
  * dev_write's (invariant (4)).
  */
@@ -102,6 +102,15 @@ static int file_pwrite_direct(struct shoal_dev *dev, const void *buf, size_t len
 
 	if (dev->d_dfd < 0 || !len || (len | off) & (align - 1))
 		return -EINVAL;
+	if (!((uintptr_t)buf & 511)) { /* aligned already: no staging copy */
+		ssize_t n;
+		do
+			n = pwrite(dev->d_dfd, buf, len, (off_t)off);
+		while (n < 0 && errno == EINTR);
+		if (n < 0)
+			return -errno;
+		return n == (ssize_t)len ? 0 : -EIO;
+	}
 	pthread_once(&bounce_once, bounce_init);
 	bounce = pthread_getspecific(bounce_key);
 	if (!bounce) {
