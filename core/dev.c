@@ -18,7 +18,18 @@
  *      mmext unmap 174 -> 250 MiB/s and no longer slowing down as the file
  *      grows.  Page alignment keeps a direct write off every page a
  *      buffered write of another block may be dirtying (blocks can be
- *      1 KiB), which could otherwise defeat the kernel's invalidation (3).
+ *      1 KiB), which could otherwise defeat the kernel's invalidation (3);
+ *  (5) with write-behind on (dev_wb_start), a dev_write_behind is checked,
+ *      counted and bumps d_write_gen when it is queued, with a copy of its
+ *      bytes, and a writer thread issues it later; until it is done, every
+ *      read, write and flush of the device that overlaps it (a flush
+ *      overlaps everything) waits for it, and a new queued write waits for
+ *      the queued ones it overlaps.  So a flush never reports durable a
+ *      write still to come (2), nothing reads a block before its queued
+ *      contents, and writes to one range land in the order they were made.
+ *      A queued write that fails (or finds the device fenced) sets
+ *      wb_err, and every flush after it fails with it: fsync reports what
+ *      the write could not.  The writers take no lock but wb_lock.
  */
 #include "dev.h"
 
@@ -205,10 +216,201 @@ out_close:
 	return err;
 }
 
+/* --- write-behind (5) ------------------------------------------------------ */
+
+#define WB_WRITERS 2
+#define WB_BUF (1u << 20)
+#define WB_POOL 16
+
+struct wb_item {
+	uint64_t wi_off;
+	size_t wi_len;
+	void *wi_buf;           /* page-aligned copy */
+	int wi_busy;            /* a writer has it */
+	struct wb_item *wi_next;
+};
+
+struct dev_wb {
+	pthread_mutex_t wb_lock;
+	pthread_cond_t wb_work;  /* an item was queued, or stop */
+	pthread_cond_t wb_done;  /* an item was done */
+	struct wb_item *wb_head, **wb_tail;
+	unsigned wb_count;       /* atomic reads; changes under wb_lock */
+	size_t wb_bytes, wb_max;
+	int wb_err;              /* first failure: every flush reports it */
+	int wb_stop;
+	pthread_t wb_thr[WB_WRITERS];
+	int wb_nthr;
+	void *wb_free[WB_POOL]; /* spare WB_BUF buffers: no new pages per write */
+	unsigned wb_nfree;
+};
+
+static int issue_write(struct shoal_dev *dev, const void *buf, size_t len, uint64_t off);
+static int write_begin(struct shoal_dev *dev, size_t len, uint64_t off);
+
+static void *wb_writer(void *arg)
+{
+	struct shoal_dev *dev = arg;
+	struct dev_wb *wb = dev->d_wb;
+
+	pthread_mutex_lock(&wb->wb_lock);
+	for (;;) {
+		struct wb_item *it = wb->wb_head;
+		while (it && it->wi_busy)
+			it = it->wi_next;
+		if (!it) {
+			if (wb->wb_stop)
+				break;
+			pthread_cond_wait(&wb->wb_work, &wb->wb_lock);
+			continue;
+		}
+		it->wi_busy = 1;
+		pthread_mutex_unlock(&wb->wb_lock);
+		int err = __atomic_load_n(&dev->d_fenced, __ATOMIC_SEQ_CST) ?
+				  -EIO :
+				  issue_write(dev, it->wi_buf, it->wi_len, it->wi_off);
+		pthread_mutex_lock(&wb->wb_lock);
+		if (err && !wb->wb_err)
+			wb->wb_err = err;
+		struct wb_item **pp = &wb->wb_head;
+		while (*pp != it)
+			pp = &(*pp)->wi_next;
+		*pp = it->wi_next;
+		if (wb->wb_tail == &it->wi_next)
+			wb->wb_tail = pp;
+		wb->wb_bytes -= it->wi_len;
+		__atomic_store_n(&wb->wb_count, wb->wb_count - 1, __ATOMIC_SEQ_CST);
+		pthread_cond_broadcast(&wb->wb_done);
+		if (it->wi_len <= WB_BUF && wb->wb_nfree < WB_POOL)
+			wb->wb_free[wb->wb_nfree++] = it->wi_buf;
+		else
+			free(it->wi_buf);
+		free(it);
+	}
+	pthread_mutex_unlock(&wb->wb_lock);
+	return NULL;
+}
+
+int dev_wb_start(struct shoal_dev *dev, size_t max_bytes)
+{
+	struct dev_wb *wb;
+
+	if (dev->d_wb || dev->d_readonly)
+		return 0;
+	wb = calloc(1, sizeof(*wb));
+	if (!wb)
+		return -ENOMEM;
+	pthread_mutex_init(&wb->wb_lock, NULL);
+	pthread_cond_init(&wb->wb_work, NULL);
+	pthread_cond_init(&wb->wb_done, NULL);
+	wb->wb_tail = &wb->wb_head;
+	wb->wb_max = max_bytes;
+	dev->d_wb = wb;
+	for (int i = 0; i < WB_WRITERS; i++) {
+		if (pthread_create(&wb->wb_thr[i], NULL, wb_writer, dev))
+			break;
+		wb->wb_nthr++;
+	}
+	if (!wb->wb_nthr) {
+		dev->d_wb = NULL;
+		free(wb);
+		return -EAGAIN;
+	}
+	return 0;
+}
+
+static int wb_overlaps(const struct wb_item *it, uint64_t off, uint64_t len)
+{
+	return it->wi_off < off + len && off < it->wi_off + it->wi_len;
+}
+
+/* Under wb_lock: wait until no queued write overlaps the range. */
+static void wb_wait_locked(struct dev_wb *wb, uint64_t off, uint64_t len)
+{
+	for (;;) {
+		struct wb_item *it = wb->wb_head;
+		while (it && !wb_overlaps(it, off, len))
+			it = it->wi_next;
+		if (!it)
+			return;
+		pthread_cond_wait(&wb->wb_done, &wb->wb_lock);
+	}
+}
+
+void dev_wait_range(struct shoal_dev *dev, uint64_t off, uint64_t len)
+{
+	struct dev_wb *wb = dev->d_wb;
+
+	if (!wb || !__atomic_load_n(&wb->wb_count, __ATOMIC_SEQ_CST))
+		return;
+	pthread_mutex_lock(&wb->wb_lock);
+	wb_wait_locked(wb, off, len);
+	pthread_mutex_unlock(&wb->wb_lock);
+}
+
+int dev_write_behind(struct shoal_dev *dev, const void *buf, size_t len, uint64_t off)
+{
+	struct dev_wb *wb = dev->d_wb;
+	struct wb_item *it;
+	int err;
+
+	if (!wb || len < DEV_DIRECT_MIN || len > wb->wb_max || (len | off) & (DEV_PAGE - 1) ||
+	    dev->d_dfd < 0 || !(it = calloc(1, sizeof(*it))))
+		return dev_write(dev, buf, len, off);
+	pthread_mutex_lock(&wb->wb_lock);
+	if (len <= WB_BUF && wb->wb_nfree)
+		it->wi_buf = wb->wb_free[--wb->wb_nfree];
+	pthread_mutex_unlock(&wb->wb_lock);
+	if (!it->wi_buf && posix_memalign(&it->wi_buf, DEV_PAGE, len <= WB_BUF ? WB_BUF : len)) {
+		free(it);
+		return dev_write(dev, buf, len, off);
+	}
+	err = write_begin(dev, len, off);
+	if (err) {
+		free(it->wi_buf);
+		free(it);
+		return err;
+	}
+	memcpy(it->wi_buf, buf, len);
+	it->wi_off = off;
+	it->wi_len = len;
+	pthread_mutex_lock(&wb->wb_lock);
+	wb_wait_locked(wb, off, len);
+	while (wb->wb_bytes && wb->wb_bytes + len > wb->wb_max)
+		pthread_cond_wait(&wb->wb_done, &wb->wb_lock);
+	*wb->wb_tail = it;
+	wb->wb_tail = &it->wi_next;
+	wb->wb_bytes += len;
+	__atomic_store_n(&wb->wb_count, wb->wb_count + 1, __ATOMIC_SEQ_CST);
+	pthread_cond_signal(&wb->wb_work);
+	pthread_mutex_unlock(&wb->wb_lock);
+	return 0;
+}
+
+/* Stop the writers once every queued write is done. */
+static void wb_stop(struct shoal_dev *dev)
+{
+	struct dev_wb *wb = dev->d_wb;
+
+	if (!wb)
+		return;
+	pthread_mutex_lock(&wb->wb_lock);
+	wb->wb_stop = 1;
+	pthread_cond_broadcast(&wb->wb_work);
+	pthread_mutex_unlock(&wb->wb_lock);
+	for (int i = 0; i < wb->wb_nthr; i++)
+		pthread_join(wb->wb_thr[i], NULL);
+	while (wb->wb_nfree)
+		free(wb->wb_free[--wb->wb_nfree]);
+	dev->d_wb = NULL;
+	free(wb);
+}
+
 void dev_close(struct shoal_dev *dev)
 {
 	if (!dev)
 		return;
+	wb_stop(dev);
 	dev->d_ops->close(dev);
 	free(dev);
 }
@@ -217,6 +419,7 @@ int dev_read(struct shoal_dev *dev, void *buf, size_t len, uint64_t off)
 {
 	if (off + len > dev->d_size || off + len < off)
 		return -EIO;
+	dev_wait_range(dev, off, len);
 	stat_add(&dev->d_stats.ds_reads, 1);
 	stat_add(&dev->d_stats.ds_read_bytes, len);
 	return dev->d_ops->pread(dev, buf, len, off);
@@ -248,6 +451,15 @@ int dev_write(struct shoal_dev *dev, const void *buf, size_t len, uint64_t off)
 
 	if (err)
 		return err;
+	dev_wait_range(dev, off, len);
+	return issue_write(dev, buf, len, off);
+}
+
+/* The write itself, after write_begin and the wait. */
+static int issue_write(struct shoal_dev *dev, const void *buf, size_t len, uint64_t off)
+{
+	int err;
+
 	if (dev->d_ops == &dev_file_ops && len >= DEV_DIRECT_MIN) {
 		err = file_pwrite_direct(dev, buf, len, off, DEV_PAGE);
 		if (err != -EINVAL)
@@ -262,6 +474,7 @@ int dev_write_small(struct shoal_dev *dev, const void *buf, size_t len, uint64_t
 
 	if (err)
 		return err;
+	dev_wait_range(dev, off, len);
 	if (dev->d_ops == &dev_file_ops && len <= 65536) {
 		err = file_pwrite_direct(dev, buf, len, off, 512);
 		if (err != -EINVAL)
@@ -272,13 +485,22 @@ int dev_write_small(struct shoal_dev *dev, const void *buf, size_t len, uint64_t
 
 int dev_flush(struct shoal_dev *dev)
 {
-	uint64_t gen = __atomic_load_n(&dev->d_write_gen, __ATOMIC_SEQ_CST);
+	uint64_t gen;
 	int err;
 
 	if (dev->d_readonly)
 		return 0;
 	if (__atomic_load_n(&dev->d_fenced, __ATOMIC_SEQ_CST))
 		return -EIO;
+	if (dev->d_wb) { /* (5): the queue first; gen is sampled after it */
+		pthread_mutex_lock(&dev->d_wb->wb_lock);
+		wb_wait_locked(dev->d_wb, 0, UINT64_MAX);
+		err = dev->d_wb->wb_err;
+		pthread_mutex_unlock(&dev->d_wb->wb_lock);
+		if (err)
+			return err;
+	}
+	gen = __atomic_load_n(&dev->d_write_gen, __ATOMIC_SEQ_CST);
 	stat_add(&dev->d_stats.ds_flushes, 1);
 	err = dev->d_ops->flush(dev);
 	if (err)

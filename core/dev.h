@@ -36,6 +36,7 @@ struct shoal_dev {
 	uint64_t d_flush_gen; /* atomic: d_write_gen as of the last flush */
 	int d_fenced;         /* atomic: self-fenced, every write fails */
 	int d_dfd;            /* the same file opened O_DIRECT, or -1 (dev.c (4)) */
+	struct dev_wb *d_wb;  /* write-behind (dev.c (5)), or NULL */
 };
 
 /* Open a regular file or block device.  size 0 means "use its size". */
@@ -52,6 +53,20 @@ int dev_write(struct shoal_dev *dev, const void *buf, size_t len, uint64_t off);
  * costs the device 1 KiB, not 4.  Otherwise the same as dev_write.
  */
 int dev_write_small(struct shoal_dev *dev, const void *buf, size_t len, uint64_t off);
+/*
+ * Write-behind (dev.c (5)).  dev_wb_start() starts the device's writer
+ * threads; from then on dev_write_behind() of a large page-aligned write
+ * copies the bytes, queues them and returns (at most max_bytes queued; a
+ * write beyond waits for room), and every other read, write and flush of
+ * the device first waits for the queued writes it overlaps (a flush: for
+ * all of them).  A queued write that fails makes every later flush fail.
+ * Without dev_wb_start(), or for other writes, dev_write_behind() is
+ * dev_write().
+ */
+int dev_wb_start(struct shoal_dev *dev, size_t max_bytes);
+int dev_write_behind(struct shoal_dev *dev, const void *buf, size_t len, uint64_t off);
+/* Wait until no queued write overlaps [off, off + len). */
+void dev_wait_range(struct shoal_dev *dev, uint64_t off, uint64_t len);
 int dev_flush(struct shoal_dev *dev);
 /* Flush only if something was written since the last flush. */
 int dev_flush_if_needed(struct shoal_dev *dev);

@@ -188,8 +188,9 @@ static int src_copy(struct shoal_fs *fs, const struct wsrc *src, uint64_t devoff
 {
 	if (src->ws_mem && src->ws_small)
 		return dev_write_small(fs->fs_dev, src->ws_mem + srcoff, len, devoff);
-	if (src->ws_mem)
-		return dev_write(fs->fs_dev, src->ws_mem + srcoff, len, devoff);
+	if (src->ws_mem) /* copied: may be queued (dev.c (5)) */
+		return dev_write_behind(fs->fs_dev, src->ws_mem + srcoff, len, devoff);
+	dev_wait_range(fs->fs_dev, devoff, len); /* the callback writes the fd itself */
 	int err = src->ws_fn(src->ws_arg, src->ws_fd, devoff, len, srcoff);
 	if (!err)
 		dev_account(fs->fs_dev, 1, len);
@@ -243,7 +244,7 @@ static int write_old(struct shoal_fs *fs, const struct wsrc *src, uint64_t devof
 			/* the run of blocks up to the next indexed one, in place */
 			while (done + n < len && !dx_find(fs, (at + n) >> fs->fs_bshift))
 				n += bs < len - done - n ? bs : len - done - n;
-			err = dev_write(fs->fs_dev, src->ws_mem + srcoff + done, n, at);
+			err = dev_write_behind(fs->fs_dev, src->ws_mem + srcoff + done, n, at);
 			*to |= TO_DEVICE;
 		}
 		done += n;

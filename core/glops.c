@@ -26,6 +26,9 @@ static int sync_journal(struct shoal_fs *fs, struct glock *gl)
 	(void)gl;
 	if (fs->fs_ro)
 		return 0;
+	/* Data writes still queued (dev.c (5)) land before another node may
+	 * read their blocks. */
+	dev_wait_range(fs->fs_dev, 0, UINT64_MAX);
 	/* Coarse but correct: the whole log, then write home. */
 	if (fs->fs_j.j_tcount || fs->fs_dx.dx_count)
 		err = jnl_commit(fs); /* the dirty-block index goes home too */

@@ -1245,8 +1245,11 @@ static ssize_t do_read_direct(struct shoal_fs *fs, uint64_t ino, size_t size, ui
 		 * fs_lock: copied while it is held */
 		size_t copy = 0;
 		for (unsigned i = 0; i < np; i++) {
-			if (!pv[i].sv_mem)
+			if (!pv[i].sv_mem) {
+				/* a queued write of these blocks lands first: dev.c (5) */
+				dev_wait_range(fs->fs_dev, pv[i].sv_devoff, pv[i].sv_len);
 				dev_account(fs->fs_dev, 0, pv[i].sv_len);
+			}
 			else if (!file_is_zeros(pv[i].sv_mem))
 				copy += pv[i].sv_len;
 		}

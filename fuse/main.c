@@ -1051,6 +1051,10 @@ int main(int argc, char **argv)
 	 */
 	if (lock_device(&sm, dev) < 0)
 		goto out_dev;
+	/* Large data writes return once queued (dev.c (5)); a failure only
+	 * costs speed: they are then written before the reply. */
+	if (!sm.sm_opts.mo_readonly && dev_wb_start(dev, SMOUNT_WB_BYTES) < 0)
+		fprintf(stderr, PROG ": %s: no write-behind threads\n", sm.sm_device);
 	if (smount_entry_timeout < 0)
 		smount_entry_timeout = SMOUNT_TIMEOUT; /* a cluster: see smount_entry_ttl */
 	if (strcmp(sm.sm_opts.mo_lock, "nolock")) {

@@ -61,6 +61,9 @@ void smount_forget_end(uint64_t ino);
  */
 #define SMOUNT_READAHEAD_KB 1024u
 
+/* Bytes of large data writes queued for the device at most (dev.c (5)). */
+#define SMOUNT_WB_BYTES (64u << 20)
+
 /*
  * Everything here is set before the FUSE session starts and read-only while
  * it runs, except sm_fs's own state (libshoal locks it).

@@ -128,6 +128,19 @@ dd if="$t_dir/chunk" of="$ref/big" bs=4096 seek=100 conv=notrunc status=none
 dd if="$t_dir/chunk" of="$B/big" bs=4096 seek=100 conv=notrunc status=none
 check "300 KB overwrite at 400 KiB on B: A reads it" cmp -s "$ref/big" "$A/big"
 check "... and C" cmp -s "$ref/big" "$C/big"
+# 1 MiB writes return once queued for the device (core/dev.c (5)): the
+# other node must still read them at once, new blocks and overwrites.
+check_eq "1 MiB writes on A (new blocks, then overwrites in place): B and C read each at once" OK "$(xp '
+fd = os.open(os.path.join(A, "mib"), os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
+for rnd in range(3):
+    for i in range(4):
+        d = bytes([(rnd * 16 + i * 3 + j) & 255 for j in range(256)]) * 4096
+        os.pwrite(fd, d, i << 20)
+        for n in (B, C):
+            with open(os.path.join(n, "mib"), "rb") as f:
+                f.seek(i << 20)
+                want("round %d MiB %d via %s" % (rnd, i, n[-1]), d, f.read(1 << 20))
+os.close(fd)')"
 head -c $((3 << 20)) /dev/urandom >"$t_dir/chunk"
 cat "$t_dir/chunk" >>"$ref/big"
 cat "$t_dir/chunk" >>"$C/big"

@@ -701,6 +701,101 @@ static void test_direct_writes(void **state)
 	tu_rmimage(path);
 }
 
+/*
+ * dev.c (5): with write-behind on, a large aligned write returns before it
+ * is on the device, yet every read sees it, writes to one range land in
+ * the order they were made, a flush covers them all, and a queued write
+ * that fails makes the next flush fail.
+ */
+static void test_write_behind(void **state)
+{
+	char *path = tu_tmpimage(64 * MiB);
+	struct shoal_dev *dev;
+	size_t len = 1 * MiB;
+	uint8_t *a = malloc(len), *b = malloc(len);
+	int bad;
+
+	assert_non_null(a);
+	assert_non_null(b);
+	assert_int_equal(dev_open(path, 0, &dev), 0);
+	if (dev->d_dfd < 0) { /* no O_DIRECT here (tmpfs): no write-behind either */
+		dev_close(dev);
+		tu_rmimage(path);
+		free(a);
+		free(b);
+		skip();
+	}
+	assert_int_equal(dev_wb_start(dev, 4 * MiB), 0);
+
+	/* 40 writes of one range, each with its own bytes; then one read */
+	for (int k = 0; k < 40; k++) {
+		memset(a, k + 1, len);
+		a[k] = 0xee;
+		assert_int_equal(dev_write_behind(dev, a, len, 8 * MiB), 0);
+		memset(a, 0, len); /* the write copied the bytes */
+	}
+	assert_int_equal(dev_read(dev, b, len, 8 * MiB), 0);
+	assert_int_equal(b[0], 40);
+	assert_int_equal(b[39], 0xee);
+	assert_int_equal(b[len - 1], 40);
+
+	/* many ranges at once, more than the queue holds; a small write into
+	 * one of them lands after it */
+	for (int k = 0; k < 16; k++) {
+		memset(a, 0x40 + k, len);
+		assert_int_equal(dev_write_behind(dev, a, len, (16 + (uint64_t)k) * MiB), 0);
+	}
+	memset(a, 0x99, 4096);
+	assert_int_equal(dev_write(dev, a, 4096, 20 * MiB + 8192), 0);
+	assert_int_equal(dev_flush(dev), 0);
+	for (int k = 0; k < 16; k++) {
+		assert_int_equal(dev_read(dev, b, len, (16 + (uint64_t)k) * MiB), 0);
+		assert_int_equal(b[0], 0x40 + k);
+		assert_int_equal(b[len - 1], 0x40 + k);
+	}
+	assert_int_equal(dev_read(dev, b, 4096, 20 * MiB + 8192), 0);
+	assert_int_equal(b[0], 0x99);
+
+	/* small or unaligned writes are not queued: written before return */
+	memset(a, 0x77, len);
+	assert_int_equal(dev_write_behind(dev, a, 4096, 40 * MiB), 0);
+	assert_int_equal(dev_write_behind(dev, a, len - 512, 41 * MiB + 512), 0);
+	{
+		int fd = open(path, O_RDONLY);
+		assert_true(fd >= 0);
+		assert_int_equal(pread(fd, b, 4096, 40 * MiB), 4096);
+		assert_int_equal(b[4095], 0x77);
+		assert_int_equal(pread(fd, b, 512, 41 * MiB + 512), 512);
+		assert_int_equal(b[0], 0x77);
+		close(fd);
+	}
+
+	/* a queued write that fails: the next flush says so, and keeps
+	 * saying so (the device's O_DIRECT descriptor made read-only) */
+	int good = dev->d_dfd;
+	bad = open(path, O_RDONLY | O_DIRECT);
+	assert_true(bad >= 0);
+	dev->d_dfd = bad;
+	memset(a, 0x55, len);
+	assert_int_equal(dev_write_behind(dev, a, len, 48 * MiB), 0);
+	assert_int_equal(dev_flush(dev), -EBADF);
+	assert_int_equal(dev_flush(dev), -EBADF);
+	dev->d_dfd = good;
+	close(bad);
+	dev_close(dev);
+
+	/* what the flush covered is there after a reopen */
+	assert_int_equal(dev_open(path, 1, &dev), 0);
+	assert_int_equal(dev_read(dev, b, len, 8 * MiB), 0);
+	assert_int_equal(b[0], 40);
+	assert_int_equal(dev_read(dev, b, len, 31 * MiB), 0);
+	assert_int_equal(b[len - 1], 0x4f);
+	dev_close(dev);
+	free(a);
+	free(b);
+	tu_rmimage(path);
+}
+
 /* tu_format() hands back a formatted, open device. */
 static void test_testutil(void **state)
 {
@@ -735,6 +830,7 @@ int main(void)
 		cmocka_unit_test(test_progress),
 		cmocka_unit_test(test_readonly_device),
 		cmocka_unit_test(test_direct_writes),
+		cmocka_unit_test(test_write_behind),
 		cmocka_unit_test(test_testutil),
 	};
 
