@@ -225,7 +225,7 @@ out_close:
 struct wb_item {
 	uint64_t wi_off;
 	size_t wi_len;
-	void *wi_buf;           /* page-aligned copy */
+	void *wi_buf;           /* page-aligned copy: WB_BUF bytes (pooled) or wi_len */
 	int wi_busy;            /* a writer has it */
 	struct wb_item *wi_next;
 };
@@ -281,7 +281,7 @@ static void *wb_writer(void *arg)
 		wb->wb_bytes -= it->wi_len;
 		__atomic_store_n(&wb->wb_count, wb->wb_count - 1, __ATOMIC_SEQ_CST);
 		pthread_cond_broadcast(&wb->wb_done);
-		if (it->wi_len <= WB_BUF && wb->wb_nfree < WB_POOL)
+		if (it->wi_len == WB_BUF && wb->wb_nfree < WB_POOL)
 			wb->wb_free[wb->wb_nfree++] = it->wi_buf;
 		else
 			free(it->wi_buf);
@@ -358,10 +358,10 @@ int dev_write_behind(struct shoal_dev *dev, const void *buf, size_t len, uint64_
 	    dev->d_dfd < 0 || !(it = calloc(1, sizeof(*it))))
 		return dev_write(dev, buf, len, off);
 	pthread_mutex_lock(&wb->wb_lock);
-	if (len <= WB_BUF && wb->wb_nfree)
+	if (len == WB_BUF && wb->wb_nfree)
 		it->wi_buf = wb->wb_free[--wb->wb_nfree];
 	pthread_mutex_unlock(&wb->wb_lock);
-	if (!it->wi_buf && posix_memalign(&it->wi_buf, DEV_PAGE, len <= WB_BUF ? WB_BUF : len)) {
+	if (!it->wi_buf && posix_memalign(&it->wi_buf, DEV_PAGE, len)) {
 		free(it);
 		return dev_write(dev, buf, len, off);
 	}
@@ -375,9 +375,12 @@ int dev_write_behind(struct shoal_dev *dev, const void *buf, size_t len, uint64_
 	it->wi_off = off;
 	it->wi_len = len;
 	pthread_mutex_lock(&wb->wb_lock);
-	wb_wait_locked(wb, off, len);
-	while (wb->wb_bytes && wb->wb_bytes + len > wb->wb_max)
+	for (;;) { /* nothing overlapping queued, and room, both at once */
+		wb_wait_locked(wb, off, len);
+		if (!wb->wb_bytes || wb->wb_bytes + len <= wb->wb_max)
+			break;
 		pthread_cond_wait(&wb->wb_done, &wb->wb_lock);
+	}
 	*wb->wb_tail = it;
 	wb->wb_tail = &it->wi_next;
 	wb->wb_bytes += len;
