@@ -13,7 +13,13 @@
  *      is dropped after CTL_IO_TIMEOUT_S, so it cannot stop the server;
  *  (3) the socket file exists only while the server is listening on it:
  *      created (after removing a stale one) before ready is called, removed
- *      by ctl_stop();
+ *      by ctl_stop() only if it is still the file this server bound: the
+ *      mount's device number is free again once the kernel has unmounted
+ *      it, and a new mount that got the same number may have put its own
+ *      socket at the same path before this daemon stops (a lazy or external
+ *      unmount of a busy or stopped daemon).  Both the replacing (bind) and
+ *      the removal happen under flock of SHOAL_CTL_DIR, so the check and the
+ *      unlink are one step against every other shoal daemon;
  *  (4) ready is called exactly once, from the control thread;
  *  (5) a streaming command (cc_stream) runs on a thread of its own, at most
  *      CTL_STREAMS_MAX at once, so it never holds up the other commands;
@@ -36,6 +42,7 @@
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
@@ -66,6 +73,7 @@ struct ctl_server {
 	int cs_wake[2];     /* ctl_stop writes [1]; the thread polls [0] */
 	int cs_listen;      /* -1 until bound; owned by the thread */
 	char cs_path[sizeof(((struct sockaddr_un *)0)->sun_path)]; /* "" until bound */
+	ino_t cs_ino;       /* the socket file this server bound (3) */
 	int cs_stop;                 /* ctl_stop: streams end (atomic) */
 	struct ctl_stream *cs_streams; /* running or ended, not yet joined (control thread) */
 	int cs_nstreams;
@@ -230,6 +238,42 @@ static void set_readahead(dev_t dev)
 	}
 }
 
+/*
+ * (3): hold SHOAL_CTL_DIR locked against the other daemons' binds and
+ * removals; -1 if it cannot be (no lock then: the step is still taken).
+ */
+static int dir_lock(void)
+{
+	int fd = open(SHOAL_CTL_DIR, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+
+	if (fd < 0)
+		return -1;
+	while (flock(fd, LOCK_EX) < 0) {
+		if (errno != EINTR) {
+			close(fd);
+			return -1;
+		}
+	}
+	return fd;
+}
+
+static void dir_unlock(int fd)
+{
+	if (fd >= 0)
+		close(fd); /* drops the flock */
+}
+
+/* Remove the socket file if it is still the one this server bound (3). */
+static void unlink_own(struct ctl_server *cs)
+{
+	struct stat st;
+	int dfd = dir_lock();
+
+	if (lstat(cs->cs_path, &st) == 0 && st.st_ino == cs->cs_ino && S_ISSOCK(st.st_mode))
+		unlink(cs->cs_path);
+	dir_unlock(dfd);
+}
+
 /* STARTING: learn the device number, bind and listen.  0 or -errno. */
 static int ctl_bind(struct ctl_server *cs, dev_t *dev)
 {
@@ -253,14 +297,24 @@ static int ctl_bind(struct ctl_server *cs, dev_t *dev)
 		goto out_nopath;
 	}
 	memcpy(sa.sun_path, cs->cs_path, sizeof(sa.sun_path));
-	/* A socket with our device number can only be left by a dead daemon. */
+	/*
+	 * A socket with our device number was left by a daemon whose mount is
+	 * gone (the number is ours now); one still stopping will not remove
+	 * ours (3).
+	 */
+	int dfd = dir_lock();
 	unlink(cs->cs_path);
 	if (bind(fd, (struct sockaddr *)&sa, sizeof(sa)) < 0) {
 		ret = -errno;
+		dir_unlock(dfd);
 		goto out_close;
 	}
-	if (chmod(cs->cs_path, 0600) < 0 || listen(fd, 16) < 0) {
-		ret = -errno;
+	struct stat sst = {0};
+	ret = lstat(cs->cs_path, &sst) < 0 ? -errno : 0;
+	cs->cs_ino = sst.st_ino;
+	dir_unlock(dfd);
+	if (ret < 0 || chmod(cs->cs_path, 0600) < 0 || listen(fd, 16) < 0) {
+		ret = ret < 0 ? ret : -errno;
 		goto out_unlink;
 	}
 	cs->cs_listen = fd;
@@ -269,7 +323,7 @@ static int ctl_bind(struct ctl_server *cs, dev_t *dev)
 	return 0;
 
 out_unlink:
-	unlink(cs->cs_path);
+	unlink_own(cs);
 out_close:
 	close(fd);
 out_nopath:
@@ -364,7 +418,7 @@ void ctl_stop(struct ctl_server *cs)
 	pthread_join(cs->cs_thread, NULL);
 	ctl_reap(cs, 1); /* each notices cs_stop (5) */
 	if (cs->cs_listen >= 0) {
-		unlink(cs->cs_path);
+		unlink_own(cs);
 		close(cs->cs_listen);
 	}
 	close(cs->cs_wake[0]);
