@@ -9,6 +9,12 @@
  *	fstest one FILE OFFSET           one 4 KiB pwrite at OFFSET, then fsync
  *	                                 (the `wbcost` workload: what an fsync
  *	                                 of a big file with one dirty block costs)
+ *	fstest floor DEVICE ITERATIONS   the device's own cost of what shoal
+ *	                                 does per iteration: one 1.5 KiB
+ *	                                 O_DIRECT write (a fast-commit block)
+ *	                                 and one flush; DEVICE is overwritten
+ *	                                 (a scratch loop device), prints
+ *	                                 floor_write_us, floor_flush_us, floor_us
  *
  * The harness samples the device counters between the two, so they count
  * the loop alone.  Output of run, one "name value" per line on stdout:
@@ -230,6 +236,35 @@ static int do_one(const char *path, uint64_t off)
 	return 0;
 }
 
+static int do_floor(const char *dev, long iters)
+{
+	int fd = open(dev, O_RDWR | O_DIRECT | O_CLOEXEC);
+	double tw = 0, tf = 0;
+	void *buf;
+
+	if (fd < 0)
+		die("open", dev);
+	if (posix_memalign(&buf, 4096, 4096))
+		die("posix_memalign", NULL);
+	memset(buf, 0x5a, 4096);
+	for (long i = 0; i < iters; i++) {
+		double t0 = now(), t1;
+		if (pwrite(fd, buf, 1536, (off_t)(i % 64) * 4096) != 1536)
+			die("pwrite", dev);
+		t1 = now();
+		if (fdatasync(fd) < 0)
+			die("fdatasync", dev);
+		tw += t1 - t0;
+		tf += now() - t1;
+	}
+	close(fd);
+	free(buf);
+	printf("floor_write_us %.1f\n", tw / (double)iters * 1e6);
+	printf("floor_flush_us %.1f\n", tf / (double)iters * 1e6);
+	printf("floor_us %.1f\n", (tw + tf) / (double)iters * 1e6);
+	return 0;
+}
+
 int main(int argc, char **argv)
 {
 	if (argc == 4 && strcmp(argv[1], "prep") == 0) {
@@ -238,6 +273,10 @@ int main(int argc, char **argv)
 			return do_prep(argv[2], (uint64_t)kib);
 	} else if (argc == 4 && strcmp(argv[1], "one") == 0) {
 		return do_one(argv[2], strtoull(argv[3], NULL, 0) & ~4095ull);
+	} else if (argc == 4 && strcmp(argv[1], "floor") == 0) {
+		long iters = strtol(argv[3], NULL, 10);
+		if (iters > 0)
+			return do_floor(argv[2], iters);
 	} else if (argc == 5 && strcmp(argv[1], "run") == 0) {
 		long iters = strtol(argv[3], NULL, 10);
 		if (iters > 0)
@@ -245,6 +284,7 @@ int main(int argc, char **argv)
 	}
 	fprintf(stderr, "usage: " PROG " prep FILE KIB\n"
 			"       " PROG " run FILE ITERATIONS SEED\n"
-			"       " PROG " one FILE OFFSET\n");
+			"       " PROG " one FILE OFFSET\n"
+			"       " PROG " floor DEVICE ITERATIONS\n");
 	return 2;
 }

@@ -156,6 +156,7 @@ fi
 fst_kib=8192 # the 8 MiB file of seeds/001
 if [ "$quick" = 1 ]; then mmx_mib=256; wbc_mib=256; else mmx_mib=1024; wbc_mib=1024; fi
 fst_seed=1
+fst_floor_iters=2000
 cache_mib=64 # the file the cache workload reads twice
 img_size=4G
 prog_timeout=${SHOAL_BENCH_TIMEOUT:-1800}
@@ -236,6 +237,8 @@ is_mounted() { findmnt -rn -M "$1" >/dev/null 2>&1; }
 is_cluster() { [[ $1 == shoal-cl* ]]; }
 is_shoal() { [[ $1 == shoal* ]]; }
 nullfs_pid= # the bench/nullfs.c daemon of the fuse-null variant
+floor_img=$dir/floor.img # fstest: scratch image of the device-floor probe
+floor_loop=              # ... and its loop device, while set up
 
 # pid_alive PID COMM: process PID runs COMM and is not a zombie.
 pid_alive() {
@@ -320,6 +323,8 @@ cleanup() {
 	fs_teardown shoal
 	fs_teardown ext4
 	fs_teardown fuse-null
+	[ -z "$floor_loop" ] || losetup -d "$floor_loop" 2>/dev/null || true
+	rm -f "$floor_img"
 	lockd_teardown
 	rmdir "${mnt[ext4]}" "${mnt[shoal]}" "${mnt[shoal-cl]}" "${mnt[fuse-null]}" "${mnt[shoal-cl2]}" \
 		"$cl2_idle" "$pp_mnt_a" "$pp_mnt_b" "$mm_mnt_c" "$mm_mnt_d" "$dir" 2>/dev/null || true
@@ -671,7 +676,26 @@ wl_seq() {
 wl_fstest_describe() {
 	meta workload "fstest - seeds/001: an 8 MiB file written and fsync'ed (not measured), then $fst_iters x (1 KiB pwrite at a random 1 KiB-aligned offset, fdatasync, fsync), seed $fst_seed, timed from after open to after close (bench/fstest.c; the file is verified afterwards)"
 	meta "cache" "warm (the file was just written, as in the seed); sync before the loop; counters cover the loop only"
-	meta "target" "bandwidth shoal/ext4 >= 1.0; device bytes written per application byte shoal/ext4 <= 2x; bandwidth shoal-cl/shoal >= 0.9"
+	meta "target" "bandwidth shoal/ext4 >= 1.0, shoal-cl2/ext4 >= 1.5; device bytes written per application byte shoal/ext4 <= 2x, shoal-cl2/ext4 <= 1x; flushes per iteration shoal-cl2 <= 1.1; bandwidth shoal-cl/shoal >= 0.9"
+	meta "device floor" "after each run, bench/fstest.c floor: $fst_floor_iters x (one 1.5 KiB O_DIRECT write + fdatasync) on a scratch loop device (direct I/O, as the variants') over a sparse image in the same directory: what the device alone takes for the work shoal does per iteration (one fast-commit block, one flush), measured in the same round; the rest of shoal's latency is FUSE (three requests per iteration: compare fuse-null) and shoal itself"
+}
+
+# floor_probe FS ROUND: the device floor row (wl_fstest_describe).
+floor_probe() {
+	local o=$work/floor.out
+	if [ -z "$floor_loop" ]; then
+		truncate -s 64M "$floor_img" &&
+			floor_loop=$(losetup --find --show --direct-io=on "$floor_img" 2>/dev/null) || {
+			say "  round $2 $1: device floor not measured (losetup failed)"
+			floor_loop=
+			return 0
+		}
+	fi
+	runprog "$1" "$2" "$o" "$bin/fstest" floor "$floor_loop" "$fst_floor_iters" || return 0
+	emit "$1" "$2" floor_us "$(field "$o" floor_us)"
+	emit "$1" "$2" floor_write_us "$(field "$o" floor_write_us)"
+	emit "$1" "$2" floor_flush_us "$(field "$o" floor_flush_us)"
+	emit "$1" "$2" above_floor_us "$(awk -v a="$(field "$work/fstest.out" lat_avg_us)" -v b="$(field "$o" floor_us)" 'BEGIN { printf "%.1f", a - b }')"
 }
 
 wl_fstest() {
@@ -698,6 +722,7 @@ wl_fstest() {
 	emit_delta "$fs" "$r" shoal_fc_visited_per_fc "$work/base" "$work/after" shoal_fc_visited "$fst_iters"
 	emit_gl "$fs" "$r" shoal_ "$work/base" "$work/after"
 	say "  round $r $fs: $(field "$o" kib_s) KiB/s, latency avg $(field "$o" lat_avg_us)us p99 $(field "$o" lat_p99_us)us; device $(dv "$work/base" "$work/after" loop_wr_bytes) bytes written, $(dv "$work/base" "$work/after" loop_flushes) flushes for $app application bytes"
+	[ "$fs" = fuse-null ] || floor_probe "$fs" "$r"
 }
 
 wl_mmext_describe() {
