@@ -39,7 +39,8 @@ MAIN_COLS = [("vs ext4", {"shoal": "ext4", "shoal-cl": "ext4", "fuse-null": "ext
 CACHE_COLS = [("cl/shoal", {"shoal-cl": "shoal"})]
 PP_COLS = [("vs ext4", {"shoal-cl": "ext4", "shoal-cl-hold0": "ext4"}),
            ("hold0/hold", {"shoal-cl-hold0": "shoal-cl"})]
-MM_COLS = [("vs ext4", {"shoal-cl": "ext4"})]
+MM_COLS = [("vs ext4", {"shoal-cl": "ext4", "fuse-null": "ext4"}),
+           ("vs null", {"shoal-cl": "fuse-null"})]
 
 # Targets: ("ratio", NUM, DEN, op, bound) on the ratio of the medians, shown
 # on NUM's row; ("value", FS, op, bound) on every round's value of FS.

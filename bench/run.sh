@@ -863,16 +863,16 @@ wl_pingpong() {
 
 wl_mmread_describe() {
 	meta workload "mmread - seeds/000 (d_iogen mmread): a $mm_mib MiB file of pseudo-random bytes written through one mount; then N = 1, 2, 4 at once, $mm_iters iterations in total: mode iter = open, mmap the whole file read-only, copy a random 10 KiB range, munmap, close; mode once = one open+mmap per process, then $mm_iters random 10 KiB copies in total (bench/mmread.c; every copy spot-checked against the pattern)"
-	meta "variants" "ext4 = N processes on one ext4 mount; shoal-cl = N nodes, each its own shoal-mount (nodes a, b, c, d of one image, one shoal-lockd, lock=shoal), one process per node; after the file is written every node is unmounted and mounted again, so every glock starts UN (seed step 2)"
+	meta "variants" "ext4 = N processes on one ext4 mount; fuse-null (if listed) = N processes on one bench/nullfs.c mount, which keeps the file in memory: the kernel's FUSE alone (its OPEN round trip, its page cache of 4 KiB pages), no device, no locks; shoal-cl = N nodes, each its own shoal-mount (nodes a, b, c, d of one image, one shoal-lockd, lock=shoal), one process per node; after the file is written every node is unmounted and mounted again, so every glock starts UN (seed step 2)"
 	meta "cache" "$mm_cache: $([ "$mm_cache" = warm ] && echo "sync + drop_caches once after the file is written, then before each run the file read through every mount the run uses (not timed; only the first run on a mount reads the device)" || echo "sync + drop_caches before each run")"
 	meta "counters" "shoal-cl: the file's inode glock on all four nodes (shoal glstats), summed: lock requests for EX (ex), callbacks (cb), all lock requests (req), per run"
 	meta "target" "iter: wall time shoal-cl/ext4 <= 2x at N = 4; once: <= 1.2x; shoal-cl: 0 EX requests and 0 callbacks for the file in every run"
 }
 
-# mm_mnts FS: the mountpoints of FS's nodes, in order (ext4: its one mount).
+# mm_mnts FS: the mountpoints of FS's nodes, in order (ext4, fuse-null: the one mount).
 mm_mnts() {
-	if [ "$1" = ext4 ]; then
-		echo "${mnt[ext4]}"
+	if [ "$1" = ext4 ] || [ "$1" = fuse-null ]; then
+		echo "${mnt[$1]}"
 	else
 		echo "$pp_mnt_a $pp_mnt_b $mm_mnt_c $mm_mnt_d"
 	fi
@@ -919,7 +919,7 @@ wl_mmread() {
 		for n in 1 2 4; do
 			paths=()
 			for ((i = 0; i < n; i++)); do
-				paths+=("${mnts[$((cl ? i : 0))]}/mm.dat") # ext4: one path, N times
+				paths+=("${mnts[$((cl ? i : 0))]}/mm.dat") # ext4, fuse-null: one path, N times
 			done
 			if [ "$mm_cache" = cold ]; then
 				drop_caches
@@ -1023,9 +1023,9 @@ run_workload() {
 			esac
 		done
 		;;
-	mmread) # N nodes, each its own mount: lock=shoal only
+	mmread) # N nodes, each its own mount: lock=shoal only; fuse-null for the FUSE floor
 		for fs in "${sel_fses[@]}"; do
-			case $fs in shoal | shoal-cl2 | fuse-null) ;; *) fses+=("$fs") ;; esac
+			case $fs in shoal | shoal-cl2) ;; *) fses+=("$fs") ;; esac
 		done
 		;;
 	# shoal-cl2 (a second, idle node) is for the issue-5 workloads; it runs
