@@ -744,6 +744,9 @@ wl_mmext() {
 		done
 		emit_delta "$fs" "$r" "${x}_dev_per_app" "$work/base" "$work/after" loop_wr_bytes $((mmx_mib << 20))
 		emit_delta "$fs" "$r" "${x}_wr_ios" "$work/base" "$work/after" loop_wr_ios
+		emit_delta "$fs" "$r" "${x}_rd_bytes" "$work/base" "$work/after" loop_rd_bytes
+		emit_delta "$fs" "$r" "shoal_${x}_dev_read_bytes" "$work/base" "$work/after" shoal_dev_read_bytes
+		emit_delta "$fs" "$r" "shoal_${x}_queue_read_bytes" "$work/base" "$work/after" shoal_dev_queue_read_bytes
 		emit_delta "$fs" "$r" "shoal_${x}_dev_per_app" "$work/base" "$work/after" shoal_dev_write_bytes $((mmx_mib << 20))
 		emit_delta "$fs" "$r" "shoal_${x}_dev_writes" "$work/base" "$work/after" shoal_dev_writes
 		emit_delta "$fs" "$r" "shoal_${x}_commits" "$work/base" "$work/after" shoal_commits

@@ -23,6 +23,7 @@ struct shoal_dev_stats {
 	uint64_t ds_writes;
 	uint64_t ds_write_bytes;
 	uint64_t ds_flushes;
+	uint64_t ds_queue_read_bytes; /* reads served from queued writes (dev.c (5)) */
 };
 
 struct shoal_dev {
@@ -65,6 +66,13 @@ int dev_write_small(struct shoal_dev *dev, const void *buf, size_t len, uint64_t
  */
 int dev_wb_start(struct shoal_dev *dev, size_t max_bytes);
 int dev_write_behind(struct shoal_dev *dev, const void *buf, size_t len, uint64_t off);
+/*
+ * Copy [off, off + len) from a queued write that holds all of it (dev.c
+ * (5)): 1 if one did, 0 if the caller must read the device (after
+ * dev_wait_range).  buf NULL: only whether one holds it now.  dev_read()
+ * tries it first.
+ */
+int dev_read_queued(struct shoal_dev *dev, void *buf, size_t len, uint64_t off);
 /* Wait until no queued write overlaps [off, off + len). */
 void dev_wait_range(struct shoal_dev *dev, uint64_t off, uint64_t len);
 int dev_flush(struct shoal_dev *dev);

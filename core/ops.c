@@ -1245,22 +1245,29 @@ static ssize_t do_read_direct(struct shoal_fs *fs, uint64_t ino, size_t size, ui
 		 * fs_lock: copied while it is held */
 		size_t copy = 0;
 		for (unsigned i = 0; i < np; i++) {
-			if (!pv[i].sv_mem) {
-				/* a queued write of these blocks lands first: dev.c (5) */
-				dev_wait_range(fs->fs_dev, pv[i].sv_devoff, pv[i].sv_len);
-				dev_account(fs->fs_dev, 0, pv[i].sv_len);
-			}
-			else if (!file_is_zeros(pv[i].sv_mem))
+			if (pv[i].sv_mem ? !file_is_zeros(pv[i].sv_mem) :
+					   dev_read_queued(fs->fs_dev, NULL, pv[i].sv_len,
+							   pv[i].sv_devoff))
 				copy += pv[i].sv_len;
 		}
 		if (copy && !(mem = malloc(copy)))
 			n = -ENOMEM;
-		for (unsigned i = 0, at = 0; i < np && mem; i++) {
-			if (pv[i].sv_mem && !file_is_zeros(pv[i].sv_mem)) {
+		for (unsigned i = 0, at = 0; i < np && !n; i++) {
+			if (pv[i].sv_mem) {
+				if (file_is_zeros(pv[i].sv_mem))
+					continue;
 				memcpy(mem + at, pv[i].sv_mem, pv[i].sv_len);
-				pv[i].sv_mem = mem + at;
-				at += (unsigned)pv[i].sv_len;
+			} else if (at + pv[i].sv_len > copy ||
+				   !dev_read_queued(fs->fs_dev, mem + at, pv[i].sv_len,
+						    pv[i].sv_devoff)) {
+				/* on the device (or landed since): a queued write
+				 * of these blocks lands first, dev.c (5) */
+				dev_wait_range(fs->fs_dev, pv[i].sv_devoff, pv[i].sv_len);
+				dev_account(fs->fs_dev, 0, pv[i].sv_len);
+				continue;
 			}
+			pv[i].sv_mem = mem + at; /* from a queued write's copy */
+			at += (unsigned)pv[i].sv_len;
 		}
 		if (!n)
 			update_atime(fs, ip, flags);

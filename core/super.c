@@ -579,6 +579,7 @@ void shoal_counters(struct shoal_fs *fs, struct shoal_counters *out)
 	dev_stats_get(fs->fs_dev, &ds);
 	out->sc_dev_reads = ds.ds_reads;
 	out->sc_dev_read_bytes = ds.ds_read_bytes;
+	out->sc_dev_queue_read_bytes = ds.ds_queue_read_bytes;
 	out->sc_dev_writes = ds.ds_writes;
 	out->sc_dev_write_bytes = ds.ds_write_bytes;
 	out->sc_dev_flushes = ds.ds_flushes;

@@ -61,6 +61,7 @@ static const struct {
 	COUNTER(atime_deferred),
 	COUNTER(atime_dropped),
 	COUNTER(fc_visited),
+	COUNTER(dev_queue_read_bytes),
 };
 #define COUNTER_COUNT (sizeof(counter_names) / sizeof(counter_names[0]))
 _Static_assert(COUNTER_COUNT * sizeof(uint64_t) == sizeof(struct shoal_counters),

@@ -770,6 +770,45 @@ static void test_write_behind(void **state)
 		close(fd);
 	}
 
+	/* a read inside one queued write is served from its copy (counted
+	 * as such, not as a device read); one across two queued writes waits
+	 * and reads the device.  Four 1 MiB writes for two writers: the last
+	 * one waits in the queue for about a device write's time. */
+	{
+		struct shoal_dev_stats s0, s1;
+		int served = 0, last = 0;
+		for (int k = 0; k < 8 && !served; k++) {
+			last = k;
+			for (int i = 0; i < 4; i++) {
+				memset(a, 0x20 + 4 * k + i, len);
+				assert_int_equal(dev_write_behind(dev, a, len, (56 + (uint64_t)i) * MiB),
+						 0);
+			}
+			dev_stats_get(dev, &s0);
+			assert_int_equal(dev_read(dev, b, 65536, 59 * MiB + 4096), 0);
+			dev_stats_get(dev, &s1);
+			assert_int_equal(b[0], 0x23 + 4 * k);
+			assert_int_equal(b[65535], 0x23 + 4 * k);
+			if (s1.ds_queue_read_bytes - s0.ds_queue_read_bytes == 65536) {
+				served = 1;
+				assert_int_equal(s1.ds_reads, s0.ds_reads);
+			} else {
+				assert_int_equal(s1.ds_queue_read_bytes, s0.ds_queue_read_bytes);
+				assert_int_equal(s1.ds_reads, s0.ds_reads + 1);
+			}
+			assert_int_equal(dev_read(dev, b, 8192, 59 * MiB - 4096), 0);
+			assert_int_equal(b[0], 0x22 + 4 * k);
+			assert_int_equal(b[4096], 0x23 + 4 * k);
+		}
+		assert_true(served);
+		assert_int_equal(dev_flush(dev), 0);
+		dev_stats_get(dev, &s0);
+		assert_int_equal(dev_read(dev, b, 4096, 57 * MiB), 0);
+		dev_stats_get(dev, &s1);
+		assert_int_equal(s1.ds_queue_read_bytes, s0.ds_queue_read_bytes); /* none queued */
+		assert_int_equal(b[0], 0x21 + 4 * last);
+	}
+
 	/* a queued write that fails: the next flush says so, and keeps
 	 * saying so (the device's O_DIRECT descriptor made read-only) */
 	int good = dev->d_dfd;
