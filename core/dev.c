@@ -429,8 +429,9 @@ int dev_read_queued(struct shoal_dev *dev, void *buf, size_t len, uint64_t off)
 	struct dev_wb *wb = dev->d_wb;
 	int hit = 0;
 
-	if (!wb || !len || !__atomic_load_n(&wb->wb_count, __ATOMIC_SEQ_CST))
-		return 0;
+	if (!wb || !len || !__atomic_load_n(&wb->wb_count, __ATOMIC_SEQ_CST) ||
+	    __atomic_load_n(&dev->d_fenced, __ATOMIC_SEQ_CST))
+		return 0; /* fenced: its queued writes will not land, serve none */
 	pthread_mutex_lock(&wb->wb_lock);
 	for (struct wb_item *it = wb->wb_head; it; it = it->wi_next) {
 		if (it->wi_off <= off && off + len <= it->wi_off + it->wi_len) {
