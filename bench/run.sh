@@ -50,8 +50,8 @@ N rounds (default 3; 1 with --quick) and prints medians and ratios.
   cache              shoal and shoal-cl: lock requests of a re-read (must be 0)
   pingpong           two nodes appending to one file in turn (shoal-cl with
                      the default hold time and with hold=0; ext4 reference)
-  mmread             seeds/000: N = 1, 2, 4 processes (ext4, one mount) or
-                     nodes (shoal-cl, each its own mount) mmap one file and
+  mmread             seeds/000: N = 1, 2, 4 processes (ext4 and fuse-null, one
+                     mount) or nodes (shoal-cl, each its own mount) mmap one file and
                      copy random 10 KiB ranges, a new mmap per iteration or
                      one per process; EX requests and callbacks for the file
   lockd              shoal-lockd lock+unlock round trips against a bare
@@ -63,7 +63,7 @@ N rounds (default 3; 1 with --quick) and prints medians and ratios.
   --fs LIST        comma-separated variants among ext4, shoal (lock=nolock),
                    shoal-cl (lock=shoal, one node, own shoal-lockd),
                    shoal-cl2 (shoal-cl with a second, idle node mounted),
-                   fuse-null (meta and fstest: bench/nullfs.c, the FUSE floor); default
+                   fuse-null (meta, fstest, mmread: bench/nullfs.c, the FUSE floor); default
                    \$SHOAL_BENCH_FS or ext4,fuse-null,shoal,shoal-cl.  pingpong runs its
                    two cluster variants if shoal-cl is in LIST, ext4 if ext4 is
   --appends N      pingpong appends per run (default 2000; 300 with --quick)
