@@ -35,7 +35,20 @@
  *      just written, about a sixth of the data).
  *      A queued write that fails (or finds the device fenced) sets
  *      wb_err, and every flush after it fails with it: fsync reports what
- *      the write could not.  The writers take no lock but wb_lock.
+ *      the write could not; so does every dev_write_behind after it, and
+ *      dev_wb_error() tells the filesystem (glops.c withdraws the node).
+ *      Its range is remembered (wb_bad, a few ranges, then the whole
+ *      device): a read of it fails with -EIO rather than return the older
+ *      bytes still on the device, until a later write covers it whole.
+ *      The writers take no lock but wb_lock;
+ *  (6) d_write_gen counts a write once it can be on the device: a direct
+ *      write when it has been issued, a queued one when it is queued (under
+ *      wb_lock).  dev_flush samples it under wb_lock once the queue is
+ *      empty, so whatever the sample counts has been issued before the
+ *      flush, whatever thread wrote it (2);
+ *  (7) dev_fence stops every write not yet issued, and returns once the
+ *      queued writes a writer had already begun are done: nothing of this
+ *      node lands after it returns.
  */
 #include "dev.h"
 
@@ -227,6 +240,7 @@ out_close:
 #define WB_WRITERS 2
 #define WB_BUF (1u << 20)
 #define WB_POOL 16
+#define WB_BAD 16
 
 struct wb_item {
 	uint64_t wi_off;
@@ -244,6 +258,10 @@ struct dev_wb {
 	unsigned wb_count;       /* atomic reads; changes under wb_lock */
 	size_t wb_bytes, wb_max;
 	int wb_err;              /* first failure: every flush reports it */
+	struct {
+		uint64_t off, len;
+	} wb_bad[WB_BAD];        /* ranges a failed write left stale (5) */
+	unsigned wb_nbad;        /* atomic reads; WB_BAD + 1: the whole device */
 	int wb_stop;
 	pthread_t wb_thr[WB_WRITERS];
 	int wb_nthr;
@@ -253,6 +271,55 @@ struct dev_wb {
 
 static int issue_write(struct shoal_dev *dev, const void *buf, size_t len, uint64_t off);
 static int write_begin(struct shoal_dev *dev, size_t len, uint64_t off);
+
+static int wb_overlaps_range(uint64_t a, uint64_t alen, uint64_t off, uint64_t len)
+{
+	return a < off + len && off < a + alen;
+}
+
+/* Under wb_lock: remember a range a failed write left stale (5). */
+static void wb_bad_add(struct dev_wb *wb, uint64_t off, uint64_t len)
+{
+	unsigned n = wb->wb_nbad;
+
+	if (n > WB_BAD)
+		return; /* the whole device already */
+	if (n == WB_BAD) {
+		__atomic_store_n(&wb->wb_nbad, WB_BAD + 1, __ATOMIC_SEQ_CST);
+		return;
+	}
+	wb->wb_bad[n].off = off;
+	wb->wb_bad[n].len = len;
+	__atomic_store_n(&wb->wb_nbad, n + 1, __ATOMIC_SEQ_CST);
+}
+
+/* Under wb_lock: a write of [off, off + len) landed; the stale ranges it
+ * covers whole are good again. */
+static void wb_bad_clear(struct dev_wb *wb, uint64_t off, uint64_t len)
+{
+	unsigned n = wb->wb_nbad;
+
+	if (!n || n > WB_BAD)
+		return;
+	for (unsigned i = 0; i < n;) {
+		if (off <= wb->wb_bad[i].off && wb->wb_bad[i].off + wb->wb_bad[i].len <= off + len)
+			wb->wb_bad[i] = wb->wb_bad[--n];
+		else
+			i++;
+	}
+	__atomic_store_n(&wb->wb_nbad, n, __ATOMIC_SEQ_CST);
+}
+
+/* Under wb_lock: does [off, off + len) hold bytes a failed write left stale? */
+static int wb_bad_locked(const struct dev_wb *wb, uint64_t off, uint64_t len)
+{
+	if (wb->wb_nbad > WB_BAD)
+		return 1;
+	for (unsigned i = 0; i < wb->wb_nbad; i++)
+		if (wb_overlaps_range(wb->wb_bad[i].off, wb->wb_bad[i].len, off, len))
+			return 1;
+	return 0;
+}
 
 static void *wb_writer(void *arg)
 {
@@ -276,8 +343,13 @@ static void *wb_writer(void *arg)
 				  -EIO :
 				  issue_write(dev, it->wi_buf, it->wi_len, it->wi_off);
 		pthread_mutex_lock(&wb->wb_lock);
-		if (err && !wb->wb_err)
-			wb->wb_err = err;
+		if (err) {
+			if (!wb->wb_err)
+				wb->wb_err = err;
+			wb_bad_add(wb, it->wi_off, it->wi_len);
+		} else {
+			wb_bad_clear(wb, it->wi_off, it->wi_len);
+		}
 		struct wb_item **pp = &wb->wb_head;
 		while (*pp != it)
 			pp = &(*pp)->wi_next;
@@ -327,7 +399,7 @@ int dev_wb_start(struct shoal_dev *dev, size_t max_bytes)
 
 static int wb_overlaps(const struct wb_item *it, uint64_t off, uint64_t len)
 {
-	return it->wi_off < off + len && off < it->wi_off + it->wi_len;
+	return wb_overlaps_range(it->wi_off, it->wi_len, off, len);
 }
 
 /* Under wb_lock: wait until no queued write overlaps the range. */
@@ -343,15 +415,46 @@ static void wb_wait_locked(struct dev_wb *wb, uint64_t off, uint64_t len)
 	}
 }
 
-void dev_wait_range(struct shoal_dev *dev, uint64_t off, uint64_t len)
+int dev_wait_range(struct shoal_dev *dev, uint64_t off, uint64_t len)
+{
+	struct dev_wb *wb = dev->d_wb;
+	int bad;
+
+	if (!wb || (!__atomic_load_n(&wb->wb_count, __ATOMIC_SEQ_CST) &&
+		    !__atomic_load_n(&wb->wb_nbad, __ATOMIC_SEQ_CST)))
+		return 0;
+	pthread_mutex_lock(&wb->wb_lock);
+	wb_wait_locked(wb, off, len);
+	bad = wb_bad_locked(wb, off, len);
+	pthread_mutex_unlock(&wb->wb_lock);
+	return bad ? -EIO : 0;
+}
+
+int dev_wb_error(struct shoal_dev *dev)
+{
+	struct dev_wb *wb = dev->d_wb;
+	int err;
+
+	if (!wb)
+		return 0;
+	pthread_mutex_lock(&wb->wb_lock);
+	err = wb->wb_err;
+	pthread_mutex_unlock(&wb->wb_lock);
+	return err;
+}
+
+/* A direct write of [off, off + len) was issued: counted (6); where it
+ * landed, no failed queued write left stale bytes any more (5). */
+static void write_done(struct shoal_dev *dev, int err, uint64_t off, uint64_t len)
 {
 	struct dev_wb *wb = dev->d_wb;
 
-	if (!wb || !__atomic_load_n(&wb->wb_count, __ATOMIC_SEQ_CST))
-		return;
-	pthread_mutex_lock(&wb->wb_lock);
-	wb_wait_locked(wb, off, len);
-	pthread_mutex_unlock(&wb->wb_lock);
+	__atomic_fetch_add(&dev->d_write_gen, 1, __ATOMIC_SEQ_CST);
+	if (!err && wb && __atomic_load_n(&wb->wb_nbad, __ATOMIC_SEQ_CST)) {
+		pthread_mutex_lock(&wb->wb_lock);
+		wb_bad_clear(wb, off, len);
+		pthread_mutex_unlock(&wb->wb_lock);
+	}
 }
 
 int dev_write_behind(struct shoal_dev *dev, const void *buf, size_t len, uint64_t off)
@@ -383,10 +486,21 @@ int dev_write_behind(struct shoal_dev *dev, const void *buf, size_t len, uint64_
 	pthread_mutex_lock(&wb->wb_lock);
 	for (;;) { /* nothing overlapping queued, and room, both at once */
 		wb_wait_locked(wb, off, len);
-		if (!wb->wb_bytes || wb->wb_bytes + len <= wb->wb_max)
+		if (wb->wb_err || !wb->wb_bytes || wb->wb_bytes + len <= wb->wb_max)
 			break;
 		pthread_cond_wait(&wb->wb_done, &wb->wb_lock);
 	}
+	if (wb->wb_err) { /* (5): one failed, the caller hears it now */
+		err = wb->wb_err;
+		if (len == WB_BUF && wb->wb_nfree < WB_POOL)
+			wb->wb_free[wb->wb_nfree++] = it->wi_buf;
+		else
+			free(it->wi_buf);
+		pthread_mutex_unlock(&wb->wb_lock);
+		free(it);
+		return err;
+	}
+	__atomic_fetch_add(&dev->d_write_gen, 1, __ATOMIC_SEQ_CST); /* (6) */
 	*wb->wb_tail = it;
 	wb->wb_tail = &it->wi_next;
 	wb->wb_bytes += len;
@@ -451,11 +565,15 @@ int dev_read_queued(struct shoal_dev *dev, void *buf, size_t len, uint64_t off)
 
 int dev_read(struct shoal_dev *dev, void *buf, size_t len, uint64_t off)
 {
+	int err;
+
 	if (off + len > dev->d_size || off + len < off)
 		return -EIO;
 	if (dev_read_queued(dev, buf, len, off))
 		return 0;
-	dev_wait_range(dev, off, len);
+	err = dev_wait_range(dev, off, len);
+	if (err)
+		return err; /* (5): what is there is older than what was written */
 	stat_add(&dev->d_stats.ds_reads, 1);
 	stat_add(&dev->d_stats.ds_read_bytes, len);
 	return dev->d_ops->pread(dev, buf, len, off);
@@ -465,10 +583,10 @@ static void account_write(struct shoal_dev *dev, uint64_t len)
 {
 	stat_add(&dev->d_stats.ds_writes, 1);
 	stat_add(&dev->d_stats.ds_write_bytes, len);
-	__atomic_fetch_add(&dev->d_write_gen, 1, __ATOMIC_SEQ_CST);
 }
 
-/* Every write's checks and counters, before it is issued. */
+/* Every write's checks and counters, before it is issued (the write
+ * generation moves once it is, (6)). */
 static int write_begin(struct shoal_dev *dev, size_t len, uint64_t off)
 {
 	if (dev->d_readonly)
@@ -488,7 +606,9 @@ int dev_write(struct shoal_dev *dev, const void *buf, size_t len, uint64_t off)
 	if (err)
 		return err;
 	dev_wait_range(dev, off, len);
-	return issue_write(dev, buf, len, off);
+	err = issue_write(dev, buf, len, off);
+	write_done(dev, err, off, len);
+	return err;
 }
 
 /* The write itself, after write_begin and the wait. */
@@ -511,12 +631,13 @@ int dev_write_small(struct shoal_dev *dev, const void *buf, size_t len, uint64_t
 	if (err)
 		return err;
 	dev_wait_range(dev, off, len);
-	if (dev->d_ops == &dev_file_ops && len <= 65536) {
+	err = -EINVAL;
+	if (dev->d_ops == &dev_file_ops && len <= 65536)
 		err = file_pwrite_direct(dev, buf, len, off, 512);
-		if (err != -EINVAL)
-			return err;
-	}
-	return dev->d_ops->pwrite(dev, buf, len, off); /* no O_DIRECT here */
+	if (err == -EINVAL)
+		err = dev->d_ops->pwrite(dev, buf, len, off); /* no O_DIRECT here */
+	write_done(dev, err, off, len);
+	return err;
 }
 
 int dev_flush(struct shoal_dev *dev)
@@ -528,15 +649,17 @@ int dev_flush(struct shoal_dev *dev)
 		return 0;
 	if (__atomic_load_n(&dev->d_fenced, __ATOMIC_SEQ_CST))
 		return -EIO;
-	if (dev->d_wb) { /* (5): the queue first; gen is sampled after it */
+	if (dev->d_wb) { /* (5): the queue first; gen is sampled after it (6) */
 		pthread_mutex_lock(&dev->d_wb->wb_lock);
 		wb_wait_locked(dev->d_wb, 0, UINT64_MAX);
 		err = dev->d_wb->wb_err;
+		gen = __atomic_load_n(&dev->d_write_gen, __ATOMIC_SEQ_CST);
 		pthread_mutex_unlock(&dev->d_wb->wb_lock);
 		if (err)
 			return err;
+	} else {
+		gen = __atomic_load_n(&dev->d_write_gen, __ATOMIC_SEQ_CST);
 	}
-	gen = __atomic_load_n(&dev->d_write_gen, __ATOMIC_SEQ_CST);
 	stat_add(&dev->d_stats.ds_flushes, 1);
 	err = dev->d_ops->flush(dev);
 	if (err)
@@ -577,13 +700,30 @@ int dev_fd(struct shoal_dev *dev)
 
 void dev_fence(struct shoal_dev *dev)
 {
+	struct dev_wb *wb = dev->d_wb;
+
 	__atomic_store_n(&dev->d_fenced, 1, __ATOMIC_SEQ_CST);
+	if (!wb)
+		return;
+	/* (7): the writers drop what they have not begun (-EIO, wb_err);
+	 * what they have begun lands before this returns */
+	pthread_mutex_lock(&wb->wb_lock);
+	for (;;) {
+		struct wb_item *it = wb->wb_head;
+		while (it && !it->wi_busy)
+			it = it->wi_next;
+		if (!it)
+			break;
+		pthread_cond_wait(&wb->wb_done, &wb->wb_lock);
+	}
+	pthread_mutex_unlock(&wb->wb_lock);
 }
 
 void dev_account(struct shoal_dev *dev, int write, uint64_t bytes)
 {
 	if (write) {
 		account_write(dev, bytes);
+		__atomic_fetch_add(&dev->d_write_gen, 1, __ATOMIC_SEQ_CST);
 	} else {
 		stat_add(&dev->d_stats.ds_reads, 1);
 		stat_add(&dev->d_stats.ds_read_bytes, bytes);

@@ -60,7 +60,8 @@ int dev_write_small(struct shoal_dev *dev, const void *buf, size_t len, uint64_t
  * copies the bytes, queues them and returns (at most max_bytes queued; a
  * write beyond waits for room), and every other read, write and flush of
  * the device first waits for the queued writes it overlaps (a flush: for
- * all of them).  A queued write that fails makes every later flush fail.
+ * all of them).  A queued write that fails makes every later flush and
+ * write-behind fail, and a read of its range fail with -EIO.
  * Without dev_wb_start(), or for other writes, dev_write_behind() is
  * dev_write().
  */
@@ -73,15 +74,19 @@ int dev_write_behind(struct shoal_dev *dev, const void *buf, size_t len, uint64_
  * tries it first.
  */
 int dev_read_queued(struct shoal_dev *dev, void *buf, size_t len, uint64_t off);
-/* Wait until no queued write overlaps [off, off + len). */
-void dev_wait_range(struct shoal_dev *dev, uint64_t off, uint64_t len);
+/* Wait until no queued write overlaps [off, off + len): 0, or -EIO when a
+ * queued write of some of it failed (the device holds older bytes there). */
+int dev_wait_range(struct shoal_dev *dev, uint64_t off, uint64_t len);
+/* The first failure of a queued write (dev.c (5)), or 0. */
+int dev_wb_error(struct shoal_dev *dev);
 int dev_flush(struct shoal_dev *dev);
 /* Flush only if something was written since the last flush. */
 int dev_flush_if_needed(struct shoal_dev *dev);
 void dev_stats_get(struct shoal_dev *dev, struct shoal_dev_stats *out);
 /* The plain file descriptor for zero-copy I/O by the caller, or -1. */
 int dev_fd(struct shoal_dev *dev);
-/* Stop every write from now on (a node that lost its lock manager). */
+/* Stop every write from now on (a node that lost its lock manager, or
+ * withdrew after an error); returns once no queued write is being issued. */
 void dev_fence(struct shoal_dev *dev);
 /* Count I/O that a caller did itself on dev_fd() (a write bumps the
  * write generation, so fsync knows it needs a flush). */

@@ -333,6 +333,7 @@ int dev_fault_wrap(struct shoal_dev *lower, struct shoal_dev **out)
 	dev->d_ops = &fault_ops;
 	dev->d_priv = f;
 	dev->d_fd = lower->d_fd;
+	dev->d_dfd = -1; /* every write goes through fault_ops */
 	dev->d_readonly = lower->d_readonly;
 	dev->d_size = lower->d_size;
 	*out = dev;

@@ -149,6 +149,10 @@ struct lm_ops {
 	int (*lm_unlock)(struct shoal_fs *fs, struct glock *gl);
 	/* journal index has been replayed (recovery of a dead node) */
 	void (*lm_recovery_done)(struct shoal_fs *fs, uint32_t index);
+	/* optional: leave the cluster as a dead node does, holding every lock
+	 * until another node has replayed this node's journal (super.c
+	 * fs_error); never waits for the lock manager */
+	void (*lm_withdraw)(struct shoal_fs *fs, const char *why);
 	int lm_cluster; /* several nodes: demotions and recovery happen */
 };
 

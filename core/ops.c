@@ -1261,9 +1261,11 @@ static ssize_t do_read_direct(struct shoal_fs *fs, uint64_t ino, size_t size, ui
 				   !dev_read_queued(fs->fs_dev, mem + at, pv[i].sv_len,
 						    pv[i].sv_devoff)) {
 				/* on the device (or landed since): a queued write
-				 * of these blocks lands first, dev.c (5) */
-				dev_wait_range(fs->fs_dev, pv[i].sv_devoff, pv[i].sv_len);
-				dev_account(fs->fs_dev, 0, pv[i].sv_len);
+				 * of these blocks lands first, dev.c (5); one that
+				 * failed left older bytes there: -EIO */
+				n = dev_wait_range(fs->fs_dev, pv[i].sv_devoff, pv[i].sv_len);
+				if (!n)
+					dev_account(fs->fs_dev, 0, pv[i].sv_len);
 				continue;
 			}
 			pv[i].sv_mem = mem + at; /* from a queued write's copy */

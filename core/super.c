@@ -11,7 +11,11 @@
  *  (1) a superblock is used only after meta_check and a geometry check: no
  *      value from it indexes memory unchecked;
  *  (2) a mount that hit a journal or shared-structure write error is
- *      read-only from then on (fs_ro), and says why (fs_err);
+ *      read-only from then on (fs_ro), and says why (fs_err); a cluster
+ *      node also withdraws (fs_error): it fences its device and leaves the
+ *      cluster as a dead node does, keeping every lock, so that no other
+ *      node reads a block this node changed in its journal but never wrote
+ *      home, until a live node has replayed that journal;
  *  (3) the commit thread commits at most mo_commit_secs after a change.
  */
 #include <errno.h>
@@ -47,6 +51,15 @@ void fs_error(struct shoal_fs *fs, const char *fmt, ...)
 	fs->fs_ro = 1;
 	fs->fs_aborted = 1;
 	fprintf(stderr, "shoal: %s: filesystem is now read-only\n", fs->fs_err);
+	if (fs->fs_lm && fs->fs_lm->lm_withdraw && fs->fs_lm_priv) {
+		/* (2): nothing more of this node lands, then no lock goes back:
+		 * its journal is replayed by a live node after its lease */
+		dev_fence(fs->fs_dev);
+		fs->fs_lm->lm_withdraw(fs, fs->fs_err);
+		fs->fs_ctr.sc_withdrawals++;
+		fprintf(stderr, "shoal: withdrawn from the cluster: another node will recover "
+				"journal %u; unmount this node\n", fs->fs_jid);
+	}
 }
 
 static int sb_geometry_ok(const struct shoal_sb *sb, uint64_t devsize)
@@ -513,6 +526,9 @@ int shoal_unmount(struct shoal_fs *fs)
 	jnl_release(fs); /* an aborted mount still holds them */
 	free_inodes(fs);
 	gl_destroy(fs);
+	/* no queued write lands once the locks are gone (a read-only mount
+	 * wrote no checkpoint, which would have waited for them) */
+	dev_wait_range(fs->fs_dev, 0, UINT64_MAX);
 	fs->fs_lm->lm_unmount(fs);
 	pthread_mutex_unlock(&fs->fs_lock);
 	rg_destroy(fs);

@@ -5,7 +5,7 @@
  *
  * Connection states (c_state, under c_lock):
  *
- *   lkc_connect --> UP --fence or broken socket--> DOWN --lkc_close--> freed
+ *   lkc_connect --> UP --fence, broken socket, lkc_withdraw--> DOWN --lkc_close--> freed
  *                    \------------------lkc_close (LEAVE)----------/
  *
  * Invariants:
@@ -955,6 +955,16 @@ out_key:
 		free(key);
 	}
 	return rc;
+}
+
+void lkc_withdraw(struct lkc *c, const char *why)
+{
+	if (!c)
+		return;
+	pthread_mutex_lock(&c->c_lock);
+	c->c_fenced = 1; /* the caller fenced itself (invariant 4) */
+	go_down(c, why);
+	pthread_mutex_unlock(&c->c_lock);
 }
 
 void lkc_close(struct lkc *c)

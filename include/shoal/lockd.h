@@ -111,6 +111,13 @@ int lkc_unlock(struct lkc *c, uint32_t type, uint64_t number, const uint8_t *lvb
 int lkc_recovery_done(struct lkc *c, uint32_t jid);
 /* Leave cleanly (locks released, no recovery) and free. */
 void lkc_close(struct lkc *c);
+/*
+ * Drop the connection without LEAVE, as a node that died: nothing more is
+ * sent (every request fails with -ENOTCONN, ops->fenced is not called: the
+ * caller has fenced itself), lockd keeps this node's locks and, at its
+ * lease's end, has a live node replay its journal.  lkc_close still frees.
+ */
+void lkc_withdraw(struct lkc *c, const char *why);
 
 struct lkc_stats {
 	uint64_t requests, grants, tries_failed, basts, rtt_ns_total, rtt_ns_max;

@@ -38,7 +38,11 @@
  *    blocks on a's locks until a's lease (1.5 s) has expired, replays a's
  *    journal (its recoveries counter grows) and then sees exactly what a
  *    fsync'ed; a mounts again under its own name and sees the same; fsck
- *    is clean.
+ *    is clean;
+ *  - withdraw: a journal write of node a fails after a committed work that
+ *    is in its journal only; a turns read-only, fences its device and
+ *    keeps its locks; b waits for a's lease and replays a's journal, then
+ *    sees what a committed and not what failed; fsck is clean.
  *
  * fsck.shoal is found next to the test program's directory (build/tests/..
  * = build) or in $SHOAL_BUILD; without it the fsck checks are skipped with
@@ -1462,10 +1466,103 @@ static void test_recovery_of_killed_node(void **state)
 	cl_fini(&c);
 }
 
+/*
+ * withdraw: node a has committed changes that are in its journal only
+ * (no glock of them given back yet, so nothing written home), then its
+ * device fails a journal write.  a turns read-only and withdraws (super.c
+ * (2)): it writes nothing more and gives no lock back, so b blocks on a's
+ * locks until a's lease is over and b has replayed a's journal, and then
+ * sees exactly what a committed, not the older home blocks.  A node that
+ * gave its locks back after the error would let b read a directory without
+ * a's new entries, and a later replay of a's journal would write over b's
+ * changes.
+ */
+static void test_withdraw_after_write_error(void **state)
+{
+	struct cluster c;
+	struct shoal_dev *lower, *fdev;
+	struct shoal_fs *a, *b;
+	struct shoal_counters ca, cb0, cb1;
+	struct shoal_mount_opts mo = { .mo_node = "a", .mo_journal = -1, .mo_hold_ms = 20,
+				       .mo_commit_secs = 1 };
+	struct dev_fault_cfg fail = { .fc_fail_write_at = 0, .fc_fail_flush_at = -1,
+				      .fc_errno = EIO, .fc_cut_at_write = -1 };
+	uint8_t buf[4096];
+	uint64_t root, dir, t_err, t_seen;
+	struct stat st;
+	int err;
+	(void)state;
+
+	cl_image(&c);
+	cl_lockd_start(&c, REC_LEASE_MS);
+	mo.mo_lock = c.c_lock;
+	assert_int_equal(dev_open(c.c_img, 0, &lower), 0);
+	assert_int_equal(dev_fault_wrap(lower, &fdev), 0);
+	err = shoal_mount(fdev, &mo, &a);
+	if (err)
+		fail_msg("mount of node a: %s", shoal_mount_error());
+	if (node_mount(&c, "b", &b))
+		fail_msg("mount of node b: %s", shoal_mount_error());
+	c.c_fs[1] = b;
+	c.c_n = 2;
+	root = shoal_root(a);
+	assert_int_equal(shoal_getattr(b, root, &st), 0);
+
+	/* a's committed work: in a's journal, its glocks still a's */
+	dir = mkdir_(a, root, "w");
+	mkfile(a, dir, "f1", 100 * KiB + 3, 41);
+	mkfile(a, dir, "f3", 9000, 43);
+	assert_int_equal(shoal_sync(a), 0);
+
+	/* the next journal write fails */
+	dev_fault_set(fdev, &fail);
+	assert_int_equal(shoal_create(a, &root_ctx, dir, "f2", 0644, O_RDWR, &st), 0);
+	memset(buf, 0x5a, sizeof(buf));
+	assert_int_equal(shoal_write(a, &root_ctx, st.st_ino, buf, sizeof(buf), 0, O_RDWR),
+			 (ssize_t)sizeof(buf));
+	assert_int_equal(shoal_fsync(a, st.st_ino, 0), -EIO);
+	t_err = now_ms();
+	assert_true(shoal_is_readonly(a));
+	shoal_counters(a, &ca);
+	assert_int_equal(ca.sc_withdrawals, 1);
+	/* a fenced its device: nothing more of a's reaches it */
+	assert_int_not_equal(shoal_write(a, &root_ctx, st.st_ino, buf, sizeof(buf), 0, O_RDWR),
+			     (ssize_t)sizeof(buf));
+	assert_int_equal(shoal_release(a, st.st_ino, O_RDWR), 0);
+	shoal_forget(a, st.st_ino, 1);
+
+	/* b: blocked until a's journal was replayed; then a's committed work
+	 * is there, and what failed to commit is not */
+	shoal_counters(b, &cb0);
+	assert_int_equal(must_lookup(b, root, "w"), dir);
+	t_seen = now_ms() - t_err;
+	if (verbose())
+		fprintf(stderr, "  b saw w/ %llu ms after a's error\n", (unsigned long long)t_seen);
+	assert_pattern(b, must_lookup(b, dir, "f1"), 100 * KiB + 3, 41);
+	assert_pattern(b, must_lookup(b, dir, "f3"), 9000, 43);
+	assert_int_equal(lookup_ino(b, dir, "f2"), -ENOENT);
+	shoal_counters(b, &cb1);
+	assert_true(cb1.sc_recoveries > cb0.sc_recoveries);
+	assert_int_equal(cb1.sc_withdrawals, 0);
+	assert_true(t_seen + 100 >= REC_LEASE_MS / 2);
+
+	/* b works on; a leaves (unmount writes nothing of a fenced device) */
+	mkfile(b, dir, "after", 20000, 44);
+	assert_pattern(b, must_lookup(b, dir, "after"), 20000, 44);
+	shoal_unmount(a);
+	dev_close(lower);
+	tc_check_tree(b, 0);
+	cl_unmount_all(&c);
+	cl_lockd_stop(&c);
+	cl_fsck(&c);
+	cl_fini(&c);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_recovery_of_killed_node),
+		cmocka_unit_test(test_withdraw_after_write_error),
 		cmocka_unit_test(test_parallel_mount),
 		cmocka_unit_test(test_first_look),
 		cmocka_unit_test(test_coherence),
