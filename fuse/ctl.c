@@ -19,7 +19,13 @@
  *      socket at the same path before this daemon stops (a lazy or external
  *      unmount of a busy or stopped daemon).  Both the replacing (bind) and
  *      the removal happen under flock of SHOAL_CTL_DIR, so the check and the
- *      unlink are one step against every other shoal daemon;
+ *      unlink are one step against every other shoal daemon.  The file is
+ *      known by its device, inode number and change time together (an
+ *      inode number alone comes back for the next file made); the flock is
+ *      waited for at most CTL_LOCK_MS (a daemon stuck holding it does not
+ *      stop this one: the step is taken unlocked), and the mount point is
+ *      looked at again under it, after the bind, so a socket is never left
+ *      for a mount that went away meanwhile;
  *  (4) ready is called exactly once, from the control thread;
  *  (5) a streaming command (cc_stream) runs on a thread of its own, at most
  *      CTL_STREAMS_MAX at once, so it never holds up the other commands;
@@ -40,6 +46,7 @@
 #include <limits.h>
 #include <poll.h>
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/file.h>
@@ -73,7 +80,7 @@ struct ctl_server {
 	int cs_wake[2];     /* ctl_stop writes [1]; the thread polls [0] */
 	int cs_listen;      /* -1 until bound; owned by the thread */
 	char cs_path[sizeof(((struct sockaddr_un *)0)->sun_path)]; /* "" until bound */
-	ino_t cs_ino;       /* the socket file this server bound (3) */
+	struct stat cs_sock; /* the socket file this server bound (3): st_dev, st_ino, st_ctim */
 	int cs_stop;                 /* ctl_stop: streams end (atomic) */
 	struct ctl_stream *cs_streams; /* running or ended, not yet joined (control thread) */
 	int cs_nstreams;
@@ -242,17 +249,22 @@ static void set_readahead(dev_t dev)
  * (3): hold SHOAL_CTL_DIR locked against the other daemons' binds and
  * removals; -1 if it cannot be (no lock then: the step is still taken).
  */
+#define CTL_LOCK_MS 2000
+
 static int dir_lock(void)
 {
 	int fd = open(SHOAL_CTL_DIR, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 
 	if (fd < 0)
 		return -1;
-	while (flock(fd, LOCK_EX) < 0) {
-		if (errno != EINTR) {
+	for (int waited = 0; flock(fd, LOCK_EX | LOCK_NB) < 0; waited += 10) {
+		if ((errno != EWOULDBLOCK && errno != EINTR) || waited >= CTL_LOCK_MS) {
+			fprintf(stderr, "shoal-mount: %s: %s: going on without the lock\n",
+				SHOAL_CTL_DIR, errno == EWOULDBLOCK ? "locked too long" : strerror(errno));
 			close(fd);
 			return -1;
 		}
+		usleep(10000);
 	}
 	return fd;
 }
@@ -263,13 +275,22 @@ static void dir_unlock(int fd)
 		close(fd); /* drops the flock */
 }
 
+/* Is st the socket file this server bound (3)? */
+static int is_own(const struct ctl_server *cs, const struct stat *st)
+{
+	return S_ISSOCK(st->st_mode) && st->st_dev == cs->cs_sock.st_dev &&
+	       st->st_ino == cs->cs_sock.st_ino &&
+	       st->st_ctim.tv_sec == cs->cs_sock.st_ctim.tv_sec &&
+	       st->st_ctim.tv_nsec == cs->cs_sock.st_ctim.tv_nsec;
+}
+
 /* Remove the socket file if it is still the one this server bound (3). */
 static void unlink_own(struct ctl_server *cs)
 {
 	struct stat st;
 	int dfd = dir_lock();
 
-	if (lstat(cs->cs_path, &st) == 0 && st.st_ino == cs->cs_ino && S_ISSOCK(st.st_mode))
+	if (lstat(cs->cs_path, &st) == 0 && is_own(cs, &st))
 		unlink(cs->cs_path);
 	dir_unlock(dfd);
 }
@@ -309,12 +330,20 @@ static int ctl_bind(struct ctl_server *cs, dev_t *dev)
 		dir_unlock(dfd);
 		goto out_close;
 	}
-	struct stat sst = {0};
-	ret = lstat(cs->cs_path, &sst) < 0 ? -errno : 0;
-	cs->cs_ino = sst.st_ino;
+	ret = lstat(cs->cs_path, &cs->cs_sock) < 0 ? -errno : 0;
+	if (!ret) {
+		/* (3): still our mount, now that the socket is there? */
+		struct stat now;
+		if (stat(cs->cs_mountpoint, &now) < 0 || now.st_dev != st.st_dev)
+			ret = -ENOTCONN;
+	}
+	if (ret < 0)
+		unlink(cs->cs_path); /* just bound, under the lock: ours */
 	dir_unlock(dfd);
-	if (ret < 0 || chmod(cs->cs_path, 0600) < 0 || listen(fd, 16) < 0) {
-		ret = ret < 0 ? ret : -errno;
+	if (ret < 0)
+		goto out_close;
+	if (chmod(cs->cs_path, 0600) < 0 || listen(fd, 16) < 0) {
+		ret = -errno;
 		goto out_unlink;
 	}
 	cs->cs_listen = fd;
