@@ -145,7 +145,7 @@ static void shoal_recovery_done(struct shoal_fs *fs, uint32_t index)
 	lkc_recovery_done(fs->fs_lm_priv, index);
 }
 
-static void shoal_withdraw(struct shoal_fs *fs, const char *why)
+static void lks_withdraw(struct shoal_fs *fs, const char *why)
 {
 	lkc_withdraw(fs->fs_lm_priv, why);
 }
@@ -158,6 +158,6 @@ const struct lm_ops lm_shoal_ops = {
 	.lm_lock_many = shoal_lock_many,
 	.lm_unlock = shoal_unlock,
 	.lm_recovery_done = shoal_recovery_done,
-	.lm_withdraw = shoal_withdraw,
+	.lm_withdraw = lks_withdraw,
 	.lm_cluster = 1,
 };

@@ -436,6 +436,19 @@ const char *shoal_error(struct shoal_fs *fs)
 	return fs->fs_err[0] ? fs->fs_err : NULL;
 }
 
+int shoal_withdraw(struct shoal_fs *fs, const char *why)
+{
+	int err = 0;
+
+	pthread_mutex_lock(&fs->fs_lock);
+	if (fs->fs_ro)
+		err = -EROFS;
+	else
+		fs_error(fs, "%s", why);
+	pthread_mutex_unlock(&fs->fs_lock);
+	return err;
+}
+
 static void free_inodes(struct shoal_fs *fs)
 {
 	for (uint32_t i = 0; i <= fs->fs_ihmask; i++) {

@@ -90,6 +90,21 @@ static int cmd_stat(void *arg, const char *args, FILE *out)
 	return 0;
 }
 
+static int cmd_withdraw(void *arg, const char *args, FILE *out)
+{
+	struct smount *sm = arg;
+	int err;
+
+	if (*args)
+		return -EINVAL;
+	err = shoal_withdraw(sm->sm_fs, "withdrawn on request (shoal withdraw)");
+	if (err)
+		return err;
+	fprintf(out, "withdrawn%s\n",
+		strcmp(sm->sm_opts.mo_lock, "nolock") ? ": another node will replay this node's journal" : "");
+	return 0;
+}
+
 static int cmd_status(void *arg, const char *args, FILE *out)
 {
 	struct smount *sm = arg;
@@ -236,5 +251,8 @@ const struct ctl_cmd smount_ctl_cmds[] = {
 	{ "status", "device, mountpoint, node, lock, options, pid", cmd_status, NULL },
 	{ "trace", "[FILTER] stream glock state changes, requests, callbacks, demote requests",
 	  NULL, cmd_trace },
+	{ "withdraw", "stop this mount now: read-only, nothing more written; a cluster node "
+		      "fences itself and another node replays its journal",
+	  cmd_withdraw, NULL },
 	{ NULL, NULL, NULL, NULL },
 };

@@ -7,6 +7,8 @@
  *	shoal glocks MOUNTPOINT [FILTER]   cached glocks, holders, waiters
  *	shoal glstats MOUNTPOINT [FILTER]  lock statistics per type and glock
  *	shoal trace MOUNTPOINT [FILTER]    stream glock events until ^C
+ *	shoal withdraw MOUNTPOINT  stop the mount now (read-only; a cluster node
+ *	                           fences itself and is recovered by another)
  *	shoal umount MOUNTPOINT    unmount and wait until the daemon is done
  *	shoal COMMAND MOUNTPOINT [ARGS...]   any other command the daemon knows
  *	shoal help
@@ -65,6 +67,10 @@ static void usage(FILE *out)
 		"            stream glock state changes, lock requests, callbacks and\n"
 		"            demote requests as they happen, one line each, until ^C\n"
 		"            or the mount goes away\n"
+		"  withdraw  stop the mount now, as an I/O error would: read-only,\n"
+		"            nothing more written, uncommitted changes dropped; a\n"
+		"            cluster node fences itself and keeps its locks until\n"
+		"            another node has replayed its journal\n"
 		"  umount    unmount MOUNTPOINT and wait until its daemon has finished\n"
 		"            writing (plain umount returns before that)\n"
 		"  help      this text; `" PROG " help MOUNTPOINT` lists what that\n"
@@ -415,7 +421,8 @@ int main(int argc, char **argv)
 		}
 		return cmd_umount(mp);
 	}
-	if ((!strcmp(cmd, "stat") || !strcmp(cmd, "status")) && argc != 3) {
+	if ((!strcmp(cmd, "stat") || !strcmp(cmd, "status") || !strcmp(cmd, "withdraw")) &&
+	    argc != 3) {
 		usage(stderr);
 		return EXIT_USAGE;
 	}

@@ -207,6 +207,15 @@ void shoal_glevent_vals(const struct shoal_glevent *ev, int64_t *vals);
 uint32_t shoal_journal_id(struct shoal_fs *fs);
 /* Why the mount went read-only, or NULL. */
 const char *shoal_error(struct shoal_fs *fs);
+/*
+ * Stop this mount at once, as an error would (GFS2's sysfs withdraw, XFS's
+ * shutdown): read-only from now on, nothing more written, changes not yet
+ * committed dropped; a cluster node also fences its device and leaves as a
+ * dead node does, so another node replays its journal (docs/LOCKING.md).
+ * why becomes shoal_error().  0, or -EROFS if the mount is read-only
+ * already.
+ */
+int shoal_withdraw(struct shoal_fs *fs, const char *why);
 
 int shoal_lookup(struct shoal_fs *fs, uint64_t parent, const char *name, struct stat *st);
 void shoal_forget(struct shoal_fs *fs, uint64_t ino, uint64_t nlookup);

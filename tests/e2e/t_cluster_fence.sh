@@ -19,6 +19,10 @@
 # the fenced nodes' journals): what a and b had fsync'ed before the fence
 # is there; unmount; fsck.shoal -n is clean.
 #
+# Withdraw: `shoal withdraw` stops node w as a write error would; node v
+# replays w's journal after w's lease and sees what w had committed (in w's
+# journal only), not what it had not; w writes nothing more and unmounts.
+#
 # Partition: only node p loses lockd (it reaches lockd through a proxy,
 # sockproxy.py, which is killed),
 # node q goes on, recovers p's journal and changes a directory and a file
@@ -246,6 +250,113 @@ else
 	not_ok "node c mounts the image the fenced nodes left"
 	tail -3 "$t_dir/c.log" | sed 's/^/#   /'
 fi
+lockd_stop
+
+# --- withdraw: a node stopped as an I/O error would stop it --------------------------
+
+# Node w has work committed by an fsync that is in its journal only
+# (commit=60, and no other node has asked for those glocks since), and
+# changes it never committed; `shoal withdraw` stops it (docs/CONTROL.md,
+# the path every write error takes).  w then answers EROFS or EIO and writes
+# nothing more (its own device counters); node v, asking for w's directory,
+# waits until lockd has declared w dead and v has replayed w's journal,
+# then reads the committed work and not the rest, and works on; w unmounts;
+# fsck is clean.
+stat_of() { "$T_SHOAL" stat "$1" 2>/dev/null | awk -v k="$2" '$1 == k { print $2 }'; }
+withdraw_test() {
+	local sock=$t_dir/lockd6.sock wimg=$t_dir/wimg mw=$t_dir/w mv=$t_dir/v
+	local r rc out w1 w2 t0 waited pid
+	t_mkfs "$wimg" 256M -j 2 -t wd:fs
+	lockd_start "$sock" "$t_dir/lockd6.log" --lease "$LEASE" || {
+		not_ok "a sixth shoal-lockd starts"
+		return
+	}
+	t_mount_fg "$wimg" "$mw" "$t_dir/w.log" "lock=shoal:unix:$sock,node=w,commit=60" || {
+		not_ok "node w mounts"
+		return
+	}
+	t_mount_fg "$wimg" "$mv" "$t_dir/v.log" "lock=shoal:unix:$sock,node=v,commit=60" || {
+		not_ok "node v mounts"
+		return
+	}
+	ls "$mv" >/dev/null
+	py 'import os
+os.mkdir(a[0])
+fd = os.open(a[0] + "/kept", os.O_CREAT | os.O_WRONLY, 0o644)
+os.write(fd, b"committed on w\n" * 3000)
+os.fsync(fd)
+os.close(fd)
+fd = os.open(a[0], os.O_RDONLY)
+os.fsync(fd)
+os.close(fd)
+fd = os.open(a[0] + "/lost", os.O_CREAT | os.O_WRONLY, 0o644)
+os.write(fd, b"never committed\n")
+os.close(fd)' "$mw/wd"
+
+	rc=0
+	out=$("$T_SHOAL" withdraw "$mw" 2>&1) || rc=$?
+	t0=$(now_ms)
+	if [ $rc -eq 0 ] && [ "${out#withdrawn}" != "$out" ]; then
+		ok "shoal withdraw stops node w ($out)"
+	else
+		not_ok "shoal withdraw stops node w (exit $rc: $out)"
+	fi
+	check "w logs that it withdrew" grep -q 'withdrawn from the cluster' "$t_dir/w.log"
+	check_eq "w: withdrawals 1, readonly 1" "1 1" "$(stat_of "$mw" withdrawals) $(stat_of "$mw" readonly)"
+	w1=$(stat_of "$mw" dev_writes)
+	for what in create write; do
+		case $what in
+		create) r=$(t_try 'open(a[0], "w").write("x")' "$mw/wd/after_withdraw") ;;
+		write) r=$(t_try 'fd = os.open(a[0], os.O_WRONLY)
+try:
+    os.pwrite(fd, b"after the withdraw", 0)
+    os.fsync(fd)
+finally:
+    os.close(fd)' "$mw/wd/kept") ;;
+		esac
+		if in_list "$r" EIO EROFS; then
+			ok "withdrawn w: $what fails ($r)"
+		else
+			not_ok "withdrawn w: $what fails (got $r, want EIO or EROFS)"
+		fi
+	done
+	w2=$(stat_of "$mw" dev_writes)
+	check_eq "withdrawn w writes nothing to its device (dev_writes)" "$w1" "$w2"
+	rc=0
+	out=$("$T_SHOAL" withdraw "$mw" 2>&1) || rc=$?
+	check_eq "a second withdraw is refused" "1 error Read-only file system" "$rc $out"
+
+	# v: blocked on w's locks until w's journal is replayed
+	check_eq "v reads what w committed" "$(printf 'committed on w\n%.0s' $(seq 3000) | md5sum)" \
+		"$(timeout 30 md5sum <"$mv/wd/kept")"
+	waited=$(($(now_ms) - t0))
+	check "lockd: w's journal recovered by node v" grep -q 'recovered by node v' "$t_dir/lockd6.log"
+	if [ "$waited" -ge $((LEASE_MS / 4)) ]; then
+		ok "v waited for w's lease before it read w's directory ($waited ms, lease $LEASE_MS ms)"
+	else
+		not_ok "v waited for w's lease before it read w's directory ($waited ms, lease $LEASE_MS ms)"
+	fi
+	check_eq "v does not see what w never committed" "kept" "$(ls "$mv/wd" | tr '\n' ' ' | sed 's/ $//')"
+	check_eq "v works on" OK "$(t_try 'open(a[0], "w").write("after w")' "$mv/wd/by_v")"
+
+	pid=${t_pids[$mw]}
+	rc=0
+	out=$(timeout 20 "$T_SHOAL" umount "$mw" 2>&1) || rc=$?
+	if [ $rc -eq 0 ] && ! mountpoint -q "$mw"; then
+		ok "shoal umount of withdrawn node w works"
+	else
+		not_ok "shoal umount of withdrawn node w works (exit $rc: $out)"
+		timeout 20 fusermount3 -u "$mw" 2>/dev/null || umount -l "$mw" 2>/dev/null || true
+	fi
+	for _ in $(seq 200); do t_pid_alive "$pid" || break; sleep 0.1; done
+	wait "$pid" 2>/dev/null || true
+	t_pids[$mw]=
+	t_fg[$mw]=
+	check_eq "v still reads w's committed file after w left" \
+		"$(printf 'committed on w\n%.0s' $(seq 3000) | md5sum)" "$(md5sum <"$mv/wd/kept")"
+	t_umount_fsck "$mv" "$wimg"
+}
+withdraw_test
 lockd_stop
 
 # --- partition: one node loses lockd, the other goes on ------------------------------
