@@ -47,8 +47,12 @@
  *      empty, so whatever the sample counts has been issued before the
  *      flush, whatever thread wrote it (2);
  *  (7) dev_fence stops every write not yet issued, and returns once the
- *      queued writes a writer had already begun are done: nothing of this
- *      node lands after it returns.
+ *      queued writes a writer had already begun are done and the buffered
+ *      writes issued before it are flushed out of the kernel's page cache:
+ *      nothing of this node's writes made through dev_* lands after it
+ *      returns (a write another thread is issuing at that moment, outside
+ *      the queue and without fs_lock, is the exception: the lease's margin
+ *      covers it, docs/LOCKING.md).
  */
 #include "dev.h"
 
@@ -345,7 +349,7 @@ static void *wb_writer(void *arg)
 		pthread_mutex_lock(&wb->wb_lock);
 		if (err) {
 			if (!wb->wb_err)
-				wb->wb_err = err;
+				__atomic_store_n(&wb->wb_err, err, __ATOMIC_SEQ_CST);
 			wb_bad_add(wb, it->wi_off, it->wi_len);
 		} else {
 			wb_bad_clear(wb, it->wi_off, it->wi_len);
@@ -433,14 +437,9 @@ int dev_wait_range(struct shoal_dev *dev, uint64_t off, uint64_t len)
 int dev_wb_error(struct shoal_dev *dev)
 {
 	struct dev_wb *wb = dev->d_wb;
-	int err;
 
-	if (!wb)
-		return 0;
-	pthread_mutex_lock(&wb->wb_lock);
-	err = wb->wb_err;
-	pthread_mutex_unlock(&wb->wb_lock);
-	return err;
+	/* set once, under wb_lock; a racy read sees it at the next call */
+	return wb ? __atomic_load_n(&wb->wb_err, __ATOMIC_SEQ_CST) : 0;
 }
 
 /* A direct write of [off, off + len) was issued: counted (6); where it
@@ -703,20 +702,25 @@ void dev_fence(struct shoal_dev *dev)
 	struct dev_wb *wb = dev->d_wb;
 
 	__atomic_store_n(&dev->d_fenced, 1, __ATOMIC_SEQ_CST);
-	if (!wb)
-		return;
-	/* (7): the writers drop what they have not begun (-EIO, wb_err);
-	 * what they have begun lands before this returns */
-	pthread_mutex_lock(&wb->wb_lock);
-	for (;;) {
-		struct wb_item *it = wb->wb_head;
-		while (it && !it->wi_busy)
-			it = it->wi_next;
-		if (!it)
-			break;
-		pthread_cond_wait(&wb->wb_done, &wb->wb_lock);
+	if (wb) {
+		/* (7): the writers drop what they have not begun (-EIO,
+		 * wb_err); what they have begun lands before this returns */
+		pthread_mutex_lock(&wb->wb_lock);
+		for (;;) {
+			struct wb_item *it = wb->wb_head;
+			while (it && !it->wi_busy)
+				it = it->wi_next;
+			if (!it)
+				break;
+			pthread_cond_wait(&wb->wb_done, &wb->wb_lock);
+		}
+		pthread_mutex_unlock(&wb->wb_lock);
 	}
-	pthread_mutex_unlock(&wb->wb_lock);
+	/* (7): buffered writes still in the kernel's page cache go now,
+	 * not whenever it would write them back (another node may own
+	 * those blocks by then); an error drops them as well */
+	if (!dev->d_readonly)
+		(void)dev->d_ops->flush(dev);
 }
 
 void dev_account(struct shoal_dev *dev, int write, uint64_t bytes)

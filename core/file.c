@@ -191,6 +191,8 @@ static int src_copy(struct shoal_fs *fs, const struct wsrc *src, uint64_t devoff
 	if (src->ws_mem) /* copied: may be queued (dev.c (5)) */
 		return dev_write_behind(fs->fs_dev, src->ws_mem + srcoff, len, devoff);
 	dev_wait_range(fs->fs_dev, devoff, len); /* the callback writes the fd itself */
+	if (__atomic_load_n(&fs->fs_dev->d_fenced, __ATOMIC_SEQ_CST))
+		return -EIO; /* fenced or withdrawn since the write began */
 	int err = src->ws_fn(src->ws_arg, src->ws_fd, devoff, len, srcoff);
 	if (!err)
 		dev_account(fs->fs_dev, 1, len);

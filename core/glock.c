@@ -1027,9 +1027,14 @@ static void demote_one(struct shoal_fs *fs, struct glock *gl)
 	}
 	if (gl->gl_state == GL_EX && gl->gl_ops->go_sync)
 		err = gl->gl_ops->go_sync(fs, gl);
-	if (err)
+	if (err) {
 		fprintf(stderr, "shoal: writing back %s glock %llu before giving it up: %s\n",
 			gl->gl_ops->go_name, (unsigned long long)gl->gl_number, strerror(-err));
+		/* what it holds is not home: the lock must not go back
+		 * (super.c (2): a withdrawn node's unlock goes nowhere) */
+		fs_error(fs, "writing back %s glock %llu failed: %s", gl->gl_ops->go_name,
+			 (unsigned long long)gl->gl_number, strerror(-err));
+	}
 	if (target == GL_UN && gl->gl_ops->go_inval)
 		gl->gl_ops->go_inval(fs, gl);
 	pthread_mutex_unlock(&fs->fs_lock);

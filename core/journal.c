@@ -419,6 +419,24 @@ static int log_write(struct shoal_fs *fs, struct shoal_journal *j, uint32_t pos,
 	return 0;
 }
 
+/*
+ * A queued data write failed (dev.c (5)): no transaction may be logged on
+ * top of it (it could name blocks whose data never landed), so the mount
+ * stops here (super.c (2)).  0 or the write's error.
+ */
+static int jnl_wb_check(struct shoal_fs *fs)
+{
+	int err;
+
+	/* every queued write is done or failed (all are queued under
+	 * fs_lock, which the caller holds); nothing queued: no wait */
+	dev_wait_range(fs->fs_dev, 0, UINT64_MAX);
+	err = dev_wb_error(fs->fs_dev);
+	if (err)
+		fs_error(fs, "queued data write failed: %s", strerror(-err));
+	return err;
+}
+
 int jnl_commit(struct shoal_fs *fs)
 {
 	struct shoal_journal *j = &fs->fs_j;
@@ -431,6 +449,9 @@ int jnl_commit(struct shoal_fs *fs)
 		return 0;
 	if (fs->fs_ro)
 		return -EROFS;
+	err = jnl_wb_check(fs);
+	if (err)
+		return err;
 	if (fs->fs_dx.dx_count) {
 		/* (7): data the fast commits carry goes home first, flushed
 		 * before the commit that supersedes them */
@@ -674,6 +695,11 @@ int jnl_sync(struct shoal_fs *fs)
 
 	if (jnl_durable(fs, j->j_seq, j->j_mod))
 		return 0; /* nothing, or fast-committed already */
+	if (fs->fs_ro)
+		return -EROFS;
+	err = jnl_wb_check(fs);
+	if (err)
+		return err;
 	err = jnl_fast_commit(fs);
 	return err == -EAGAIN ? jnl_commit(fs) : err;
 }

@@ -191,7 +191,14 @@ int fs_recover_journal(struct shoal_fs *fs, uint32_t jid)
 	if (gl_acquire(fs, GL_JOURNAL, jid, GL_EX, GL_TRY, &gl))
 		return 0;
 	pthread_mutex_lock(&fs->fs_lock);
-	err = jnl_recover(fs, jid, &replayed);
+	/* a failed queued write makes reads of its range fail (dev.c (5)):
+	 * this node cannot read the journal reliably; it withdraws and a
+	 * live node replays both journals */
+	err = dev_wb_error(fs->fs_dev);
+	if (err)
+		fs_error(fs, "queued data write failed: %s", strerror(-err));
+	else
+		err = jnl_recover(fs, jid, &replayed);
 	if (!err)
 		fs->fs_ctr.sc_recoveries++; /* before lockd lets others see it */
 	pthread_mutex_unlock(&fs->fs_lock);
@@ -536,12 +543,12 @@ int shoal_unmount(struct shoal_fs *fs)
 		if (!err)
 			err = jnl_mark_clean(fs, 1);
 	}
-	jnl_release(fs); /* an aborted mount still holds them */
-	free_inodes(fs);
-	gl_destroy(fs);
 	/* no queued write lands once the locks are gone (a read-only mount
 	 * wrote no checkpoint, which would have waited for them) */
 	dev_wait_range(fs->fs_dev, 0, UINT64_MAX);
+	jnl_release(fs); /* an aborted mount still holds them */
+	free_inodes(fs);
+	gl_destroy(fs);
 	fs->fs_lm->lm_unmount(fs);
 	pthread_mutex_unlock(&fs->fs_lock);
 	rg_destroy(fs);

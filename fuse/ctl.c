@@ -330,7 +330,8 @@ static int ctl_bind(struct ctl_server *cs, dev_t *dev)
 		dir_unlock(dfd);
 		goto out_close;
 	}
-	ret = lstat(cs->cs_path, &cs->cs_sock) < 0 ? -errno : 0;
+	/* its identity once its mode is final: chmod changes the ctime */
+	ret = chmod(cs->cs_path, 0600) < 0 || lstat(cs->cs_path, &cs->cs_sock) < 0 ? -errno : 0;
 	if (!ret) {
 		/* (3): still our mount, now that the socket is there? */
 		struct stat now;
@@ -342,7 +343,7 @@ static int ctl_bind(struct ctl_server *cs, dev_t *dev)
 	dir_unlock(dfd);
 	if (ret < 0)
 		goto out_close;
-	if (chmod(cs->cs_path, 0600) < 0 || listen(fd, 16) < 0) {
+	if (listen(fd, 16) < 0) {
 		ret = -errno;
 		goto out_unlink;
 	}

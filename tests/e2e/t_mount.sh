@@ -114,8 +114,16 @@ fi
 check "mount after fusermount3 -u" t_mount "$img" "$m"
 check_eq "data written before fusermount3 -u is there" "after hello" "$(cat "$m/dir/after" "$m/dir/hello" | xargs)"
 check "the 4 MiB file is intact" cmp -s "$t_dir/data" "$m/data"
+sock=
+if t_is_shoal; then
+	sock=/run/shoal/mnt-$(mountpoint -d "$m").sock
+	check "the mount's control socket is there ($sock)" test -S "$sock"
+fi
 check "shoal umount" "$T_SHOAL" umount "$m"
 t_pids[$m]=
+if [ -n "$sock" ]; then
+	check "the daemon removed its control socket at exit" test ! -e "$sock"
+fi
 
 # --- a daemon that stops late leaves a new mount's control socket alone ----------------------
 # A lazy unmount frees the mount's device number at once; the next mount gets it

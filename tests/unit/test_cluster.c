@@ -42,7 +42,8 @@
  *  - withdraw: a journal write of node a fails after a committed work that
  *    is in its journal only; a turns read-only, fences its device and
  *    keeps its locks; b waits for a's lease and replays a's journal, then
- *    sees what a committed and not what failed; fsck is clean.
+ *    sees what a committed and not what failed; fsck is clean; the same
+ *    when one of a's queued data writes fails after its write returned.
  *
  * fsck.shoal is found next to the test program's directory (build/tests/..
  * = build) or in $SHOAL_BUILD; without it the fsck checks are skipped with
@@ -1558,11 +1559,96 @@ static void test_withdraw_after_write_error(void **state)
 	cl_fini(&c);
 }
 
+/*
+ * withdraw after a queued write failed: node a's large data writes go
+ * through its write-behind queue (dev.c (5)); one of them fails after a's
+ * write returned.  a's next fsync neither logs anything on top of it nor
+ * reports success: a withdraws, and b replays a's journal and sees what a
+ * had committed before, not the file whose data never landed.
+ */
+static void test_withdraw_after_queued_write_error(void **state)
+{
+	struct cluster c;
+	struct shoal_dev *dev;
+	struct shoal_fs *a, *b;
+	struct shoal_counters ca, cb0, cb1;
+	struct shoal_mount_opts mo = { .mo_node = "a", .mo_journal = -1, .mo_hold_ms = 20,
+				       .mo_commit_secs = 1 };
+	uint8_t *buf = malloc(256 * KiB);
+	uint64_t root, dir;
+	struct stat st;
+	int good, bad, err;
+	(void)state;
+
+	assert_non_null(buf);
+	cl_image(&c);
+	cl_lockd_start(&c, REC_LEASE_MS);
+	mo.mo_lock = c.c_lock;
+	assert_int_equal(dev_open(c.c_img, 0, &dev), 0);
+	if (dev->d_dfd < 0) { /* no O_DIRECT here (tmpfs): no write-behind either */
+		dev_close(dev);
+		cl_lockd_stop(&c);
+		cl_fini(&c);
+		free(buf);
+		skip();
+	}
+	assert_int_equal(dev_wb_start(dev, 16 * MiB), 0);
+	err = shoal_mount(dev, &mo, &a);
+	if (err)
+		fail_msg("mount of node a: %s", shoal_mount_error());
+	if (node_mount(&c, "b", &b))
+		fail_msg("mount of node b: %s", shoal_mount_error());
+	c.c_fs[1] = b;
+	c.c_n = 2;
+	root = shoal_root(a);
+	assert_int_equal(shoal_getattr(b, root, &st), 0);
+
+	dir = mkdir_(a, root, "q");
+	mkfile(a, dir, "f1", 256 * KiB, 51);
+	assert_int_equal(shoal_sync(a), 0);
+
+	/* a's O_DIRECT descriptor, which the queue's writers use, made
+	 * read-only: the next queued write fails after it was accepted */
+	good = dev->d_dfd;
+	bad = open(c.c_img, O_RDONLY | O_DIRECT);
+	assert_true(bad >= 0);
+	dev->d_dfd = bad;
+	assert_int_equal(shoal_create(a, &root_ctx, dir, "f2", 0644, O_RDWR, &st), 0);
+	fill_pattern(buf, 256 * KiB, 0, 52);
+	assert_int_equal(shoal_write(a, &root_ctx, st.st_ino, buf, 128 * KiB, 0, O_RDWR),
+			 (ssize_t)(128 * KiB));
+	assert_int_not_equal(shoal_fsync(a, st.st_ino, 0), 0);
+	dev->d_dfd = good; /* the queue is empty now: nobody uses it */
+	close(bad);
+	assert_true(shoal_is_readonly(a));
+	shoal_counters(a, &ca);
+	assert_int_equal(ca.sc_withdrawals, 1);
+	assert_non_null(strstr(shoal_error(a), "queued data write failed"));
+	shoal_release(a, st.st_ino, O_RDWR);
+	shoal_forget(a, st.st_ino, 1);
+
+	shoal_counters(b, &cb0);
+	assert_int_equal(must_lookup(b, root, "q"), dir);
+	assert_pattern(b, must_lookup(b, dir, "f1"), 256 * KiB, 51);
+	assert_int_equal(lookup_ino(b, dir, "f2"), -ENOENT);
+	shoal_counters(b, &cb1);
+	assert_true(cb1.sc_recoveries > cb0.sc_recoveries);
+
+	shoal_unmount(a);
+	tc_check_tree(b, 0);
+	cl_unmount_all(&c);
+	cl_lockd_stop(&c);
+	cl_fsck(&c);
+	cl_fini(&c);
+	free(buf);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_recovery_of_killed_node),
 		cmocka_unit_test(test_withdraw_after_write_error),
+		cmocka_unit_test(test_withdraw_after_queued_write_error),
 		cmocka_unit_test(test_parallel_mount),
 		cmocka_unit_test(test_first_look),
 		cmocka_unit_test(test_coherence),
