@@ -76,6 +76,29 @@ my_cleanup() {
 trap my_cleanup EXIT
 
 now_ms() { echo $(($(date +%s%N) / 1000000)); }
+
+# umount_stopped MNT WHAT: `shoal umount` of a fenced or withdrawn node works
+# and its daemon exits, within 20 s each (else unmounted and killed).
+umount_stopped() {
+	local m=$1 what=$2 pid=${t_pids[$1]} rc=0 out
+	out=$(timeout 20 "$T_SHOAL" umount "$m" 2>&1) || rc=$?
+	if [ $rc -eq 0 ] && ! mountpoint -q "$m"; then
+		ok "shoal umount of $what works"
+	else
+		not_ok "shoal umount of $what works (exit $rc: $out)"
+		timeout 20 fusermount3 -u "$m" 2>/dev/null || umount -l "$m" 2>/dev/null || true
+	fi
+	for _ in $(seq 200); do t_pid_alive "$pid" || break; sleep 0.1; done
+	if t_pid_alive "$pid"; then
+		not_ok "the daemon of $what exits after the unmount (still running after 20 s)"
+		kill -9 "$pid" 2>/dev/null || true
+	else
+		ok "the daemon of $what exits after the unmount"
+	fi
+	wait "$pid" 2>/dev/null || true
+	t_pids[$m]=
+	t_fg[$m]=
+}
 img_sum() { md5sum "$1" | cut -d' ' -f1; }
 in_list() { # WORD WORDS...: is WORD one of WORDS?
 	local w=$1
@@ -211,26 +234,7 @@ check_eq "the image did not change after the fence (write attempts)" "$sum_fence
 
 # the user can unmount both nodes, without a hang
 for nd in a b; do
-	m=$t_dir/$nd
-	pid=${t_pids[$m]}
-	rc=0
-	out=$(timeout 20 "$T_SHOAL" umount "$m" 2>&1) || rc=$?
-	if [ $rc -eq 0 ] && ! mountpoint -q "$m"; then
-		ok "shoal umount of fenced node $nd works"
-	else
-		not_ok "shoal umount of fenced node $nd works (exit $rc: $out)"
-		timeout 20 fusermount3 -u "$m" 2>/dev/null || umount -l "$m" 2>/dev/null || true
-	fi
-	for _ in $(seq 200); do t_pid_alive "$pid" || break; sleep 0.1; done
-	if t_pid_alive "$pid"; then
-		not_ok "the daemon of fenced node $nd exits after the unmount (still running after 20 s)"
-		kill -9 "$pid" 2>/dev/null || true
-	else
-		ok "the daemon of fenced node $nd exits after the unmount"
-	fi
-	wait "$pid" 2>/dev/null || true
-	t_pids[$m]=
-	t_fg[$m]=
+	umount_stopped "$t_dir/$nd" "fenced node $nd"
 done
 check_eq "the image did not change after the fence (unmounts)" "$sum_fence" "$(img_sum "$img")"
 lockd_stop
@@ -265,7 +269,7 @@ lockd_stop
 stat_of() { "$T_SHOAL" stat "$1" 2>/dev/null | awk -v k="$2" '$1 == k { print $2 }'; }
 withdraw_test() {
 	local sock=$t_dir/lockd6.sock wimg=$t_dir/wimg mw=$t_dir/w mv=$t_dir/v
-	local r rc out w1 w2 t0 waited pid
+	local r rc out w1 w2 t0 waited
 	t_mkfs "$wimg" 256M -j 2 -t wd:fs
 	lockd_start "$sock" "$t_dir/lockd6.log" --lease "$LEASE" || {
 		not_ok "a sixth shoal-lockd starts"
@@ -339,19 +343,7 @@ finally:
 	check_eq "v does not see what w never committed" "kept" "$(ls "$mv/wd" | tr '\n' ' ' | sed 's/ $//')"
 	check_eq "v works on" OK "$(t_try 'open(a[0], "w").write("after w")' "$mv/wd/by_v")"
 
-	pid=${t_pids[$mw]}
-	rc=0
-	out=$(timeout 20 "$T_SHOAL" umount "$mw" 2>&1) || rc=$?
-	if [ $rc -eq 0 ] && ! mountpoint -q "$mw"; then
-		ok "shoal umount of withdrawn node w works"
-	else
-		not_ok "shoal umount of withdrawn node w works (exit $rc: $out)"
-		timeout 20 fusermount3 -u "$mw" 2>/dev/null || umount -l "$mw" 2>/dev/null || true
-	fi
-	for _ in $(seq 200); do t_pid_alive "$pid" || break; sleep 0.1; done
-	wait "$pid" 2>/dev/null || true
-	t_pids[$mw]=
-	t_fg[$mw]=
+	umount_stopped "$mw" "withdrawn node w"
 	check_eq "v still reads w's committed file after w left" \
 		"$(printf 'committed on w\n%.0s' $(seq 3000) | md5sum)" "$(md5sum <"$mv/wd/kept")"
 	t_umount_fsck "$mv" "$wimg"

@@ -1478,36 +1478,44 @@ static void test_recovery_of_killed_node(void **state)
  * a's new entries, and a later replay of a's journal would write over b's
  * changes.
  */
+/* Node a mounted on dev (the caller's device handle, owned by the mount
+ * from here on), then node b; both past their first look at the root.
+ * The root's inode number. */
+static uint64_t cl_start_a_on(struct cluster *c, struct shoal_dev *dev, struct shoal_fs **a,
+			      struct shoal_fs **b)
+{
+	struct shoal_mount_opts mo = { .mo_lock = c->c_lock, .mo_node = "a", .mo_journal = -1,
+				       .mo_hold_ms = 20, .mo_commit_secs = 1 };
+	struct stat st;
+
+	if (shoal_mount(dev, &mo, a))
+		fail_msg("mount of node a: %s", shoal_mount_error());
+	if (node_mount(c, "b", b))
+		fail_msg("mount of node b: %s", shoal_mount_error());
+	c->c_fs[1] = *b;
+	c->c_n = 2;
+	assert_int_equal(shoal_getattr(*b, shoal_root(*a), &st), 0);
+	return shoal_root(*a);
+}
+
 static void test_withdraw_after_write_error(void **state)
 {
 	struct cluster c;
 	struct shoal_dev *lower, *fdev;
 	struct shoal_fs *a, *b;
 	struct shoal_counters ca, cb0, cb1;
-	struct shoal_mount_opts mo = { .mo_node = "a", .mo_journal = -1, .mo_hold_ms = 20,
-				       .mo_commit_secs = 1 };
 	struct dev_fault_cfg fail = { .fc_fail_write_at = 0, .fc_fail_flush_at = -1,
 				      .fc_errno = EIO, .fc_cut_at_write = -1 };
 	uint8_t buf[4096];
 	uint64_t root, dir, t_err, t_seen;
 	struct stat st;
-	int err;
 	(void)state;
 
 	cl_image(&c);
 	cl_lockd_start(&c, REC_LEASE_MS);
-	mo.mo_lock = c.c_lock;
 	assert_int_equal(dev_open(c.c_img, 0, &lower), 0);
 	assert_int_equal(dev_fault_wrap(lower, &fdev), 0);
-	err = shoal_mount(fdev, &mo, &a);
-	if (err)
-		fail_msg("mount of node a: %s", shoal_mount_error());
-	if (node_mount(&c, "b", &b))
-		fail_msg("mount of node b: %s", shoal_mount_error());
-	c.c_fs[1] = b;
-	c.c_n = 2;
-	root = shoal_root(a);
-	assert_int_equal(shoal_getattr(b, root, &st), 0);
+	root = cl_start_a_on(&c, fdev, &a, &b);
 
 	/* a's committed work: in a's journal, its glocks still a's */
 	dir = mkdir_(a, root, "w");
@@ -1572,18 +1580,15 @@ static void test_withdraw_after_queued_write_error(void **state)
 	struct shoal_dev *dev;
 	struct shoal_fs *a, *b;
 	struct shoal_counters ca, cb0, cb1;
-	struct shoal_mount_opts mo = { .mo_node = "a", .mo_journal = -1, .mo_hold_ms = 20,
-				       .mo_commit_secs = 1 };
 	uint8_t *buf = malloc(256 * KiB);
 	uint64_t root, dir;
 	struct stat st;
-	int good, bad, err;
+	int good, bad;
 	(void)state;
 
 	assert_non_null(buf);
 	cl_image(&c);
 	cl_lockd_start(&c, REC_LEASE_MS);
-	mo.mo_lock = c.c_lock;
 	assert_int_equal(dev_open(c.c_img, 0, &dev), 0);
 	if (dev->d_dfd < 0) { /* no O_DIRECT here (tmpfs): no write-behind either */
 		dev_close(dev);
@@ -1593,15 +1598,7 @@ static void test_withdraw_after_queued_write_error(void **state)
 		skip();
 	}
 	assert_int_equal(dev_wb_start(dev, 16 * MiB), 0);
-	err = shoal_mount(dev, &mo, &a);
-	if (err)
-		fail_msg("mount of node a: %s", shoal_mount_error());
-	if (node_mount(&c, "b", &b))
-		fail_msg("mount of node b: %s", shoal_mount_error());
-	c.c_fs[1] = b;
-	c.c_n = 2;
-	root = shoal_root(a);
-	assert_int_equal(shoal_getattr(b, root, &st), 0);
+	root = cl_start_a_on(&c, dev, &a, &b);
 
 	dir = mkdir_(a, root, "q");
 	mkfile(a, dir, "f1", 256 * KiB, 51);
