@@ -325,6 +325,15 @@ static int wb_bad_locked(const struct dev_wb *wb, uint64_t off, uint64_t len)
 	return 0;
 }
 
+/* Under wb_lock: an item's buffer back to the pool, or freed. */
+static void wb_buf_put(struct dev_wb *wb, void *buf, size_t len)
+{
+	if (len == WB_BUF && wb->wb_nfree < WB_POOL)
+		wb->wb_free[wb->wb_nfree++] = buf;
+	else
+		free(buf);
+}
+
 static void *wb_writer(void *arg)
 {
 	struct shoal_dev *dev = arg;
@@ -363,10 +372,7 @@ static void *wb_writer(void *arg)
 		wb->wb_bytes -= it->wi_len;
 		__atomic_store_n(&wb->wb_count, wb->wb_count - 1, __ATOMIC_SEQ_CST);
 		pthread_cond_broadcast(&wb->wb_done);
-		if (it->wi_len == WB_BUF && wb->wb_nfree < WB_POOL)
-			wb->wb_free[wb->wb_nfree++] = it->wi_buf;
-		else
-			free(it->wi_buf);
+		wb_buf_put(wb, it->wi_buf, it->wi_len);
 		free(it);
 	}
 	pthread_mutex_unlock(&wb->wb_lock);
@@ -491,10 +497,7 @@ int dev_write_behind(struct shoal_dev *dev, const void *buf, size_t len, uint64_
 	}
 	if (wb->wb_err) { /* (5): one failed, the caller hears it now */
 		err = wb->wb_err;
-		if (len == WB_BUF && wb->wb_nfree < WB_POOL)
-			wb->wb_free[wb->wb_nfree++] = it->wi_buf;
-		else
-			free(it->wi_buf);
+		wb_buf_put(wb, it->wi_buf, len);
 		pthread_mutex_unlock(&wb->wb_lock);
 		free(it);
 		return err;

@@ -17,8 +17,6 @@
  *      inode since this node made it) while the inode is in use on this
  *      node: that is how other nodes know not to free it.
  */
-#include <string.h>
-
 #include "internal.h"
 #include "lock.h"
 
@@ -31,12 +29,9 @@ static int sync_journal(struct shoal_fs *fs, struct glock *gl)
 	dev_wait_range(fs->fs_dev, 0, UINT64_MAX);
 	if (fs->fs_ro)
 		return 0; /* nothing changed, or withdrawn: no lock goes back (super.c (2)) */
-	err = dev_wb_error(fs->fs_dev);
-	if (err) {
-		/* the other node would read what was there before */
-		fs_error(fs, "queued data write failed: %s", strerror(-err));
+	err = jnl_wb_check(fs); /* the other node would read what was there before */
+	if (err)
 		return err;
-	}
 	/* Coarse but correct: the whole log, then write home. */
 	if (fs->fs_j.j_tcount || fs->fs_dx.dx_count)
 		err = jnl_commit(fs); /* the dirty-block index goes home too */

@@ -246,6 +246,10 @@ int jnl_commit(struct shoal_fs *fs);
  * if it is already, one fast-commit block and one flush when it holds only
  * dinodes (journal.c (6)), else a commit. */
 int jnl_sync(struct shoal_fs *fs);
+/* fs_lock held: wait for the write-behind queue; a queued write that
+ * failed stops the mount (fs_error: a cluster node withdraws) and is
+ * returned, so nothing is logged, replayed or given back on top of it. */
+int jnl_wb_check(struct shoal_fs *fs);
 int jnl_checkpoint(struct shoal_fs *fs);
 /* Write home (and flush) the logged, committed buffers of one metadata
  * type, leaving them pinned and the log as it is: a cluster's resource

@@ -424,7 +424,7 @@ static int log_write(struct shoal_fs *fs, struct shoal_journal *j, uint32_t pos,
  * top of it (it could name blocks whose data never landed), so the mount
  * stops here (super.c (2)).  0 or the write's error.
  */
-static int jnl_wb_check(struct shoal_fs *fs)
+int jnl_wb_check(struct shoal_fs *fs)
 {
 	int err;
 

@@ -194,10 +194,8 @@ int fs_recover_journal(struct shoal_fs *fs, uint32_t jid)
 	/* a failed queued write makes reads of its range fail (dev.c (5)):
 	 * this node cannot read the journal reliably; it withdraws and a
 	 * live node replays both journals */
-	err = dev_wb_error(fs->fs_dev);
-	if (err)
-		fs_error(fs, "queued data write failed: %s", strerror(-err));
-	else
+	err = jnl_wb_check(fs);
+	if (!err)
 		err = jnl_recover(fs, jid, &replayed);
 	if (!err)
 		fs->fs_ctr.sc_recoveries++; /* before lockd lets others see it */
