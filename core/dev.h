@@ -98,13 +98,17 @@ extern const struct shoal_dev_ops dev_file_ops;
 /*
  * A fault-injecting wrapper for tests (dev_fault.c).  Writes not yet flushed
  * are held in memory; dev_fault_cut() simulates a power cut that loses them
- * all, or a random subset.  Errors can be injected on the Nth write/flush.
+ * all, or a random subset.  Errors can be injected on the Nth write/flush,
+ * and on every read of a region (a bad sector range).
  */
 struct dev_fault_cfg {
 	int64_t fc_fail_write_at; /* fail the Nth write from now with fc_errno; <0 off */
 	int64_t fc_fail_flush_at; /* same for flushes */
 	int fc_errno;
 	int64_t fc_cut_at_write; /* after this many writes, drop all further I/O */
+	/* a bad region: every read touching bytes [lo, hi) fails with
+	 * fc_errno, until the next dev_fault_set; hi == 0: none */
+	uint64_t fc_bad_read_lo, fc_bad_read_hi;
 };
 int dev_fault_wrap(struct shoal_dev *lower, struct shoal_dev **out);
 void dev_fault_set(struct shoal_dev *dev, const struct dev_fault_cfg *cfg);

@@ -37,7 +37,11 @@
  *  (4) counting is 0-based from the last dev_fault_set: with fc_cut_at_write
  *      N >= 0, writes 0..N-1 count and write N and later are lost; write
  *      fc_fail_write_at (flush fc_fail_flush_at) fails once with fc_errno
- *      and changes nothing.  Negative values turn a fault off.
+ *      and changes nothing.  Negative values turn a fault off;
+ *  (5) a read that touches [fc_bad_read_lo, fc_bad_read_hi) fails with
+ *      fc_errno and copies nothing, as a bad sector range does; writes
+ *      there succeed (a disk remaps on write, but the test wants the read
+ *      to stay bad until it says otherwise).
  */
 #include <errno.h>
 #include <pthread.h>
@@ -201,6 +205,9 @@ static int fault_pread(struct shoal_dev *dev, void *buf, size_t len, uint64_t of
 	int err = 0;
 
 	pthread_mutex_lock(&f->f_lock);
+	if (f->f_cfg.fc_bad_read_hi && off < f->f_cfg.fc_bad_read_hi &&
+	    off + len > f->f_cfg.fc_bad_read_lo)
+		err = -f->f_cfg.fc_errno; /* (5) */
 	while (len && !err) {
 		size_t in = (size_t)(off % FP_SIZE), n = FP_SIZE - in < len ? FP_SIZE - in : len;
 		struct fpage *p = page_find(f, off / FP_SIZE);

@@ -1073,13 +1073,23 @@ static void *worker(void *arg)
 	while (!gt->gt_stop) {
 		struct glock **pp, *ready = NULL;
 		uint64_t now = gl_now_ns(), due = 0;
+		int err;
 
 		if (gt->gt_rlist) {
 			struct gl_recovery *r = gt->gt_rlist;
 			gt->gt_rlist = r->next;
 			gt->gt_recoveries++;
 			pthread_mutex_unlock(&gt->gt_mutex);
-			fs_recover_journal(fs, r->jid);
+			err = fs_recover_journal(fs, r->jid);
+			if (err) {
+				/* the dead node's locks stay held until its journal is
+				 * replayed: this node withdraws, and lockd asks the live
+				 * nodes to replay both journals (docs/LOCKING.md) */
+				pthread_mutex_lock(&fs->fs_lock);
+				fs_error(fs, "journal %u of a dead node cannot be replayed: %s",
+					 r->jid, strerror(-err));
+				pthread_mutex_unlock(&fs->fs_lock);
+			}
 			free(r);
 			pthread_mutex_lock(&gt->gt_mutex);
 			continue;

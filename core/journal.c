@@ -161,7 +161,10 @@ static void fc_bad(void *arg, uint64_t blkno)
 /*
  * Replay: collect one transaction at a time in memory, and write it home
  * only once all of it has been validated.  Replaying twice writes the same
- * images again, so a crash during recovery is harmless.
+ * images again, so a crash during recovery is harmless.  A log block that
+ * cannot be read fails the replay with the read's error and leaves the
+ * journal head as it was: the log may go on past it, and taking the error
+ * for the end of the log would lose what was committed there.
  */
 int jnl_recover(struct shoal_fs *fs, uint32_t index, uint32_t *replayed)
 {
@@ -199,8 +202,11 @@ int jnl_recover(struct shoal_fs *fs, uint32_t index, uint32_t *replayed)
 
 			if (scanned + used >= cap)
 				goto replay_done;
-			if (dev_read(fs->fs_dev, desc, bs, daddr << fs->fs_bshift))
-				goto replay_done;
+			/* a block that cannot be read is no end of the log: what
+			 * follows it may be committed (the head stays as it is) */
+			err = dev_read(fs->fs_dev, desc, bs, daddr << fs->fs_bshift);
+			if (err)
+				goto out_free;
 			if (used == 0 && ld->ld_header.mh_type == SHOAL_MT_LFAST) {
 				/* a fast-commit block of transaction seq (6): held
 				 * back until we know whether its commit follows */
@@ -223,8 +229,9 @@ int jnl_recover(struct shoal_fs *fs, uint32_t index, uint32_t *replayed)
 				uint8_t *img = imgs + (size_t)n * bs;
 				if (scanned + used >= cap)
 					goto replay_done;
-				if (dev_read(fs->fs_dev, img, bs, (addr + pos) << fs->fs_bshift))
-					goto replay_done;
+				err = dev_read(fs->fs_dev, img, bs, (addr + pos) << fs->fs_bshift);
+				if (err)
+					goto out_free;
 				if (crc32c(0, img, bs) != tags[i].lt_crc || tags[i].lt_blkno == 0 ||
 				    tags[i].lt_blkno >= fs->fs_sb.sb_blocks)
 					goto replay_done;

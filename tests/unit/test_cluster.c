@@ -73,6 +73,7 @@
 #include <linux/fs.h>
 
 #include "dev.h"
+#include "shoal/ondisk.h"
 #include "shoal/glfilter.h"
 #include "shoal/lockd.h"
 #include "shoal/shoal.h"
@@ -103,12 +104,32 @@ static int verbose(void)
 	return getenv("SHOAL_TEST_VERBOSE") != NULL;
 }
 
+/* lockd's recent log lines, for tests that wait for one (lockd_saw) */
+static pthread_mutex_t log_mu = PTHREAD_MUTEX_INITIALIZER;
+static char log_ring[64][200];
+static unsigned log_n;
+
 static void lockd_log(void *arg, int prio, const char *line)
 {
 	(void)arg;
 	(void)prio;
 	if (verbose())
 		fprintf(stderr, "  lockd: %s\n", line);
+	pthread_mutex_lock(&log_mu);
+	snprintf(log_ring[log_n++ % 64], sizeof(log_ring[0]), "%s", line);
+	pthread_mutex_unlock(&log_mu);
+}
+
+/* Did lockd log a line containing needle (among its last 64)? */
+static int lockd_saw(const char *needle)
+{
+	int found = 0;
+
+	pthread_mutex_lock(&log_mu);
+	for (unsigned i = log_n > 64 ? log_n - 64 : 0; i < log_n && !found; i++)
+		found = strstr(log_ring[i % 64], needle) != NULL;
+	pthread_mutex_unlock(&log_mu);
+	return found;
 }
 
 static uint64_t now_ms(void)
@@ -1568,6 +1589,95 @@ static void test_withdraw_after_write_error(void **state)
 }
 
 /*
+ * A replay that cannot read the dead node's journal: node a withdraws with
+ * committed work only in its journal; node b, which recovers it, finds a's
+ * log unreadable.  b must not report a recovered (lockd would release a's
+ * locks over blocks a never wrote home): b withdraws too, a's locks stay
+ * held, and node c, whose device reads, replays a's journal and b's, and
+ * sees a's work.  (b took the read error for the end of a's log before:
+ * it reported the recovery done and saw no w.)
+ */
+static void test_recovery_read_error(void **state)
+{
+	struct cluster c;
+	struct shoal_mount_opts mo = { .mo_lock = NULL, .mo_node = "b", .mo_journal = -1,
+				       .mo_hold_ms = 20, .mo_commit_secs = 1 };
+	struct dev_fault_cfg bad = { .fc_fail_write_at = -1, .fc_fail_flush_at = -1,
+				     .fc_errno = EIO, .fc_cut_at_write = -1 };
+	struct shoal_dev *lower, *fdev;
+	struct shoal_fs *a, *b, *cn;
+	struct shoal_counters cb0, cb1, cc;
+	struct shoal_sb sb;
+	uint64_t root, dir, jaddr, t0;
+	struct stat st;
+	(void)state;
+
+	cl_image(&c);
+	cl_lockd_start(&c, REC_LEASE_MS);
+	if (node_mount(&c, "a", &a))
+		fail_msg("mount of node a: %s", shoal_mount_error());
+	assert_int_equal(dev_open(c.c_img, 0, &lower), 0);
+	assert_int_equal(dev_fault_wrap(lower, &fdev), 0);
+	mo.mo_lock = c.c_lock;
+	if (shoal_mount(fdev, &mo, &b))
+		fail_msg("mount of node b: %s", shoal_mount_error());
+	root = shoal_root(a);
+	assert_int_equal(shoal_getattr(b, root, &st), 0);
+
+	/* a's committed work: in a's journal, its glocks still a's */
+	dir = mkdir_(a, root, "w");
+	mkfile(a, dir, "f1", 70 * KiB + 1, 61);
+	assert_int_equal(shoal_sync(a), 0);
+
+	/* b cannot read a's log (a's journal head it can) */
+	assert_int_equal(dev_read(lower, &sb, sizeof(sb), 0), 0);
+	jaddr = sb.sb_jfirst + (uint64_t)shoal_journal_id(a) * sb.sb_jblocks;
+	bad.fc_bad_read_lo = (jaddr + 1) * sb.sb_bsize;
+	bad.fc_bad_read_hi = (jaddr + sb.sb_jblocks) * sb.sb_bsize;
+	dev_fault_set(fdev, &bad);
+	shoal_counters(b, &cb0);
+	assert_int_equal(shoal_withdraw(a, "test: node a stops"), 0);
+	t0 = now_ms();
+
+	/* b waits for a's lock, fails to replay a's journal, withdraws: its
+	 * wait ends in an error, not in a directory without w */
+	assert_int_equal(lookup_ino(b, root, "w"), -EIO);
+	if (verbose())
+		fprintf(stderr, "  b withdrew %llu ms after a\n", (unsigned long long)(now_ms() - t0));
+	assert_true(shoal_is_readonly(b));
+	shoal_counters(b, &cb1);
+	assert_int_equal(cb1.sc_withdrawals, 1);
+	assert_int_equal(cb1.sc_recoveries, cb0.sc_recoveries);
+	assert_non_null(strstr(shoal_error(b), "cannot be replayed"));
+
+	/* c reads: it replays a's journal (and b's, once b's lease is over) */
+	if (node_mount(&c, "c", &cn))
+		fail_msg("mount of node c: %s", shoal_mount_error());
+	c.c_fs[2] = cn;
+	c.c_n = 3;
+	assert_int_equal(must_lookup(cn, root, "w"), dir);
+	assert_pattern(cn, must_lookup(cn, dir, "f1"), 70 * KiB + 1, 61);
+	assert_true(lockd_saw("journal 0 of node a recovered by node c"));
+	for (t0 = now_ms(); now_ms() - t0 < 4 * REC_LEASE_MS; sleep_ms(20))
+		if (lockd_saw("journal 1 of node b recovered by node c"))
+			break;
+	assert_true(lockd_saw("journal 1 of node b recovered by node c"));
+	shoal_counters(cn, &cc);
+	assert_true(cc.sc_recoveries >= 2);
+	assert_int_equal(cc.sc_withdrawals, 0);
+	mkfile(cn, dir, "after", 5000, 62);
+
+	shoal_unmount(a);
+	shoal_unmount(b);
+	dev_close(lower);
+	tc_check_tree(cn, 0);
+	cl_unmount_all(&c);
+	cl_lockd_stop(&c);
+	cl_fsck(&c);
+	cl_fini(&c);
+}
+
+/*
  * withdraw after a queued write failed: node a's large data writes go
  * through its write-behind queue (dev.c (5)); one of them fails after a's
  * write returned.  a's next fsync neither logs anything on top of it nor
@@ -1646,6 +1756,7 @@ int main(void)
 		cmocka_unit_test(test_recovery_of_killed_node),
 		cmocka_unit_test(test_withdraw_after_write_error),
 		cmocka_unit_test(test_withdraw_after_queued_write_error),
+		cmocka_unit_test(test_recovery_read_error),
 		cmocka_unit_test(test_parallel_mount),
 		cmocka_unit_test(test_first_look),
 		cmocka_unit_test(test_coherence),

@@ -294,6 +294,31 @@ static void test_fault_device(void **state)
 	assert_int_equal(dev_fault_writes(fd), 5);
 	dev_close(fd);
 
+	/* a bad region: reads touching it fail, every time, and copy nothing;
+	 * reads beside it and writes into it work; the next set clears it */
+	assert_int_equal(dev_fault_wrap(low, &fd), 0);
+	fdev_fill(fd, 40, 8);
+	fdev_fill(fd, 41, 9);
+	cfg = (struct dev_fault_cfg){ .fc_fail_write_at = -1, .fc_fail_flush_at = -1,
+				      .fc_cut_at_write = -1, .fc_bad_read_lo = 41 * 4096 + 100,
+				      .fc_bad_read_hi = 41 * 4096 + 101 };
+	dev_fault_set(fd, &cfg);
+	assert_int_equal(fdev_page(fd, 40), 8);
+	assert_int_equal(fdev_page(fd, 42), 0);
+	for (int i = 0; i < 2; i++)
+		assert_int_equal(dev_read(fd, c, 8192, 40 * 4096), -EIO);
+	assert_int_equal(dev_read(fd, c, 100, 41 * 4096), 0);
+	assert_int_equal(dev_read(fd, c, 1, 41 * 4096 + 101), 0);
+	assert_int_equal(c[0], 9);
+	memset(c, 0x77, 2);
+	assert_int_equal(dev_read(fd, c, 2, 41 * 4096 + 99), -EIO);
+	assert_int_equal(c[0], 0x77); /* the failed read copied nothing */
+	fdev_fill(fd, 41, 10);
+	assert_int_equal(dev_read(fd, c, 4096, 41 * 4096), -EIO);
+	dev_fault_set(fd, &no_faults);
+	assert_int_equal(fdev_page(fd, 41), 10);
+	dev_close(fd);
+
 	/* closing a live wrapper keeps its writes (a process exit, not a crash) */
 	assert_int_equal(dev_fault_wrap(low, &fd), 0);
 	fdev_fill(fd, 30, 7);
@@ -1695,6 +1720,64 @@ static void test_eio_journal_flush(void **state)
 	eio_commit_case(1, 0);
 }
 
+/*
+ * A log block that cannot be read during replay is no end of the log: the
+ * mount fails with the read's error and leaves the journal as it was, and
+ * once the device reads again every committed change is replayed.  (Taking
+ * the error for the end of the log mounted without them, and the next
+ * commits wrote over them.)
+ */
+static void test_replay_read_error(void **state)
+{
+	char *base = base_image(), *img = tu_tmpimage(IMG_SIZE);
+	struct shoal_mount_opts mo = { .mo_commit_secs = 3600, .mo_atime = SHOAL_NOATIME };
+	struct dev_fault_cfg cfg = no_faults;
+	struct shoal_sb sb;
+	struct shoal_jhead jh;
+	uint8_t h0[4096], h1[4096];
+	struct fmount m;
+	struct shoal_fs *fs;
+	uint64_t jaddr, bs;
+	(void)state;
+
+	copy_image(base, img);
+	mount_fault(img, &m, NULL);
+	fs = m.fm_fs;
+	mk(fs, shoal_root(fs), "early", 10000, 1);
+	assert_int_equal(shoal_sync(fs), 0);
+	mk(fs, shoal_root(fs), "late", 20000, 2);
+	assert_int_equal(shoal_sync(fs), 0);
+	crash(&m, 0); /* both in the journal only */
+
+	/* every block of journal 0's log is unreadable, its head is not */
+	assert_int_equal(dev_open(img, 0, &m.fm_lower), 0);
+	assert_int_equal(dev_read(m.fm_lower, &sb, sizeof(sb), 0), 0);
+	bs = sb.sb_bsize;
+	assert_true(bs <= sizeof(h0));
+	jaddr = sb.sb_jfirst;
+	assert_int_equal(dev_read(m.fm_lower, h0, bs, jaddr * bs), 0);
+	memcpy(&jh, h0, sizeof(jh));
+	assert_true(jh.jh_tail >= 1 && jh.jh_tail < sb.sb_jblocks);
+	assert_int_equal(dev_fault_wrap(m.fm_lower, &m.fm_dev), 0);
+	cfg.fc_bad_read_lo = (jaddr + 1) * bs;
+	cfg.fc_bad_read_hi = (jaddr + sb.sb_jblocks) * bs;
+	dev_fault_set(m.fm_dev, &cfg);
+	assert_int_equal(shoal_mount(m.fm_dev, &mo, &fs), -EIO);
+	assert_non_null(strstr(shoal_mount_error(), "journal 0 cannot be replayed"));
+	dev_close(m.fm_dev); /* a failed mount leaves the device to the caller */
+	assert_int_equal(dev_read(m.fm_lower, h1, bs, jaddr * bs), 0);
+	assert_memory_equal(h0, h1, bs); /* the head still says: replay from here */
+	dev_close(m.fm_lower);
+
+	fs = mount_plain(img, SHOAL_NOATIME);
+	expect_file(fs, "early", 10000, 1);
+	expect_file(fs, "late", 20000, 2);
+	tc_check_tree(fs, 1);
+	assert_int_equal(shoal_unmount(fs), 0);
+	tu_rmimage(img);
+	tu_rmimage(base);
+}
+
 /* A failed data write fails the write call, and changes neither size nor data. */
 static void test_eio_data_write(void **state)
 {
@@ -1809,10 +1892,13 @@ int main(void)
 		cmocka_unit_test(test_eio_journal_write),
 		cmocka_unit_test(test_eio_journal_flush),
 		cmocka_unit_test(test_eio_data_write),
+		cmocka_unit_test(test_replay_read_error),
 		cmocka_unit_test(test_eio_sweep),
 	};
 
 	verbose = getenv("SHOAL_TEST_VERBOSE") != NULL;
+	if (getenv("SHOAL_TEST_FILTER")) /* e.g. SHOAL_TEST_FILTER='*eio*' */
+		cmocka_set_test_filter(getenv("SHOAL_TEST_FILTER"));
 	/* images in memory when possible: the fault device decides what is
 	 * durable, and host flushes of a disk-backed file only cost minutes */
 	if (access("/dev/shm", W_OK) == 0)
