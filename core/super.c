@@ -367,6 +367,11 @@ int shoal_mount(struct shoal_dev *dev, const struct shoal_mount_opts *opts,
 				 slot, strerror(-err));
 		goto out_bc;
 	}
+	if (fs->fs_cluster && fs->fs_lm->lm_recovery_done)
+		/* this node may be back from the dead under its name: lockd
+		 * kept its old locks until its journal was replayed, which it
+		 * now is (lockd's (6); a no-op otherwise) */
+		fs->fs_lm->lm_recovery_done(fs, slot);
 	if (replayed)
 		fprintf(stderr, "shoal: journal %u: replayed %u transactions\n", slot, replayed);
 	err = jnl_load(fs, slot);

@@ -15,10 +15,13 @@
  *               |  \--socket closed--> LIVE without connection   conn_close
  *               |        (queued requests cancelled, locks kept)
  *               +--no heartbeat for lease_ms--> DEAD             node_die
- *                   (journal locks released, other granted locks
- *                    kept as zombies, LVBs written under PW/EX
- *                    invalidated, RECOVER broadcast)
- *   DEAD --RECOVERY_DONE(jid) from any live node--> (freed)      node_recovered
+ *                   (journal locks and the mount lock released,
+ *                    other granted locks kept as zombies, LVBs
+ *                    written under PW/EX invalidated, RECOVER
+ *                    broadcast)
+ *   DEAD --RECOVERY_DONE(jid) from any live node--> (freed)      do_recovery_done
+ *   DEAD --JOIN under its name--> stays DEAD beside the new LIVE node of
+ *                    the same name and jid, until RECOVERY_DONE(jid)
  *
  * Lock states: granted (lk_gr >= 0, on rs_granted), converting (granted and
  * on rs_convert with lk_rq), waiting (lk_gr < 0, on rs_wait with lk_rq).
@@ -37,7 +40,11 @@
  *      is zero and invalid until a PW/EX holder writes it;
  *  (6) a node is DEAD only after lease_ms without a heartbeat; the journal
  *      id and name of a DEAD node are not given to anyone before its
- *      RECOVERY_DONE;
+ *      RECOVERY_DONE, except to the same node coming back under its name:
+ *      its mount holds that journal's lock while it replays the journal,
+ *      before it takes any other lock but the mount lock, and then sends
+ *      RECOVERY_DONE itself (a name has at most one live node; its dead
+ *      ones all have its jid, and one RECOVERY_DONE frees them all);
  *  (7) input is never trusted: a bad frame closes that connection with one
  *      log line and changes no other state;
  *  (8) one thread runs the loop; nothing here is shared with another thread
@@ -68,6 +75,8 @@
 #include "shoal/lockd.h"
 
 #define GL_JOURNAL_TYPE 9	   /* journal locks: released at death */
+#define GL_NONDISK_TYPE 1	   /* with number GL_MOUNT_NUMBER: the mount lock, */
+#define GL_MOUNT_NUMBER 1	   /* also released at death (core/lock.h) */
 #define LD_INBUF (2 * LKP_MAX_FRAME)
 #define LD_OUTMAX (16u << 20)	   /* a peer that lets this much pile up is dropped */
 #define LD_HIST_MAX 1024	   /* remembered name -> jid pairs */
@@ -707,18 +716,21 @@ out:
 
 /* --- membership ------------------------------------------------------------------ */
 
-static struct ld_node *node_by_name(struct lockd *d, const char *name)
+/* The node called name that is (dead 0) live, or (dead 1) dead; a name has
+ * at most one live node, and dead ones only of the same jid (6). */
+static struct ld_node *node_by_name(struct lockd *d, const char *name, int dead)
 {
 	struct ld_list *p, *t;
 
 	list_for_each_safe(p, t, &d->ld_nodes) {
 		struct ld_node *nd = container_of(p, struct ld_node, nd_link);
-		if (!strcmp(nd->nd_name, name))
+		if (!strcmp(nd->nd_name, name) && (nd->nd_state == ND_DEAD) == dead)
 			return nd;
 	}
 	return NULL;
 }
 
+/* A node, live or dead, of journal jid. */
 static struct ld_node *node_by_jid(struct lockd *d, uint32_t jid)
 {
 	struct ld_list *p, *t;
@@ -828,7 +840,8 @@ static void node_die(struct lockd *d, struct ld_node *nd, uint64_t silent_ns)
 
 		if (lock_cancel(d, lk, 0))
 			goto regrant;
-		if (rs->rs_type == GL_JOURNAL_TYPE) {
+		if (rs->rs_type == GL_JOURNAL_TYPE ||
+		    (rs->rs_type == GL_NONDISK_TYPE && rs->rs_number == GL_MOUNT_NUMBER)) {
 			lock_free(lk);
 			goto regrant;
 		}
@@ -845,18 +858,24 @@ regrant:
 
 static void do_recovery_done(struct lockd *d, struct ld_node *by, uint32_t seq, uint32_t jid)
 {
-	struct ld_node *nd = node_by_jid(d, jid);
+	struct ld_list *p, *t;
+	int n = 0;
 
-	if (!nd || nd->nd_state != ND_DEAD) {
-		ld_log(d, LOG_NOTICE, "node %s: recovery done for jid %u, which needs none", by->nd_name,
-		       jid);
-		send_result(d, by->nd_conn, seq, -ENOENT);
-		return;
+	/* every dead node of the journal: a node that came back under its
+	 * name and died again before replaying it left two (6) */
+	list_for_each_safe(p, t, &d->ld_nodes) {
+		struct ld_node *nd = container_of(p, struct ld_node, nd_link);
+		if (nd->nd_jid != jid || nd->nd_state != ND_DEAD)
+			continue;
+		ld_log(d, LOG_NOTICE, "journal %u of node %s recovered by node %s; its locks are released",
+		       jid, nd->nd_name, by->nd_name);
+		node_free(d, nd);
+		n++;
 	}
-	ld_log(d, LOG_NOTICE, "journal %u of node %s recovered by node %s; its locks are released",
-	       jid, nd->nd_name, by->nd_name);
-	node_free(d, nd);
-	send_result(d, by->nd_conn, seq, 0);
+	if (!n) /* every mount sends it for its own journal: quiet then */
+		ld_log(d, by->nd_jid == jid ? LOG_DEBUG : LOG_NOTICE,
+		       "node %s: recovery done for jid %u, which needs none", by->nd_name, jid);
+	send_result(d, by->nd_conn, seq, n ? 0 : -ENOENT);
 }
 
 static void refuse(struct lockd *d, struct ld_conn *cn, int err, int retry, const char *fmt, ...)
@@ -891,7 +910,7 @@ static void do_join(struct lockd *d, struct ld_conn *cn, const uint8_t *p, size_
 	const uint8_t *mac = p + 8;
 	size_t nl = p[40], tl = p[41];
 	char name[LK_NAME_MAX + 1], table[LK_TABLE_MAX + 1];
-	struct ld_node *nd;
+	struct ld_node *nd, *back;
 	struct ld_list *q, *t;
 	uint32_t jid = UINT32_MAX;
 	uint8_t *o;
@@ -923,21 +942,35 @@ static void do_join(struct lockd *d, struct ld_conn *cn, const uint8_t *p, size_
 		refuse(d, cn, EINVAL, 0, "serves table %s, not %s", d->ld_table, table);
 		return;
 	}
-	nd = node_by_name(d, name);
-	if (nd && nd->nd_state == ND_LIVE && nd->nd_conn) {
+	nd = node_by_name(d, name, 0);
+	if (nd && nd->nd_conn) {
 		refuse(d, cn, EADDRINUSE, 0, "node name %s already in use", name);
 		return;
 	}
 	if (nd) {
-		refuse(d, cn, EAGAIN, 1, "node name %s is %s; retry later", name,
-		       nd->nd_state == ND_DEAD ? "pending recovery" : "still in its lease (connection lost)");
+		refuse(d, cn, EAGAIN, 1, "node name %s is still in its lease (connection lost); "
+					 "retry later", name);
 		return;
 	}
-	list_for_each_safe(q, t, &d->ld_hist) {
-		struct ld_hist *h = container_of(q, struct ld_hist, hs_link);
-		if (!strcmp(h->hs_name, name) && h->hs_jid < njournals && !node_by_jid(d, h->hs_jid))
-			jid = h->hs_jid;
+	/* a dead node coming back gets its journal, pending recovery: its
+	 * mount replays it before taking any other lock and sends
+	 * RECOVERY_DONE itself (6) */
+	back = node_by_name(d, name, 1);
+	if (back && back->nd_jid >= njournals) {
+		refuse(d, cn, EAGAIN, 1, "node name %s is pending recovery of journal %u, which a "
+					 "node of %u journals cannot do; retry later", name, back->nd_jid,
+		       njournals);
+		return;
 	}
+	if (back)
+		jid = back->nd_jid;
+	else
+		list_for_each_safe(q, t, &d->ld_hist) {
+			struct ld_hist *h = container_of(q, struct ld_hist, hs_link);
+			if (!strcmp(h->hs_name, name) && h->hs_jid < njournals &&
+			    !node_by_jid(d, h->hs_jid))
+				jid = h->hs_jid;
+		}
 	for (uint32_t j = 0; jid == UINT32_MAX && j < njournals; j++)
 		if (!node_by_jid(d, j))
 			jid = j;
@@ -963,7 +996,8 @@ static void do_join(struct lockd *d, struct ld_conn *cn, const uint8_t *p, size_
 	list_add_tail(&nd->nd_link, &d->ld_nodes);
 	cn->cn_node = nd;
 	cn->cn_state = CN_JOINED;
-	ld_log(d, LOG_NOTICE, "node %s joined as jid %u (%s)", name, jid, cn->cn_peer);
+	ld_log(d, LOG_NOTICE, "node %s joined as jid %u (%s)%s", name, jid, cn->cn_peer,
+	       back ? "; it is back from the dead and replays its own journal" : "");
 	snprintf(cn->cn_peer + strlen(cn->cn_peer), sizeof(cn->cn_peer) - strlen(cn->cn_peer),
 		 " node %s", name);
 	o = out_frame(d, cn, LKP_JOIN_OK, 0, LKP_JOIN_OK_LEN);

@@ -1028,9 +1028,11 @@ static void test_death_recovery(void **state)
 	struct tnode a, b, late;
 	struct preq *pz, *pw;
 	struct joiner j = { .name = "v" };
+	struct tnode dup;
 	uint32_t vjid, fl;
 	uint64_t t0;
 	uint8_t lvb[32];
+	char err[256];
 	int vfd;
 
 	(void)state;
@@ -1043,6 +1045,7 @@ static void test_death_recovery(void **state)
 	raw_lock(vfd, 2, 9, vjid, LK_EX);	/* its journal */
 	raw_lock(vfd, 3, 3, 7, LK_PW);		/* a resource group */
 	raw_lock(vfd, 4, 2, 101, LK_PR);
+	raw_lock(vfd, 5, 1, 1, LK_EX);		/* the mount lock (died mounting) */
 	/* v goes silent (socket open): dead after the lease, not before */
 	pz = preq_start(&b, 2, 100, LK_EX);
 	pw = preq_start(&b, 3, 7, LK_PR);
@@ -1059,8 +1062,11 @@ static void test_death_recovery(void **state)
 	assert_true(log_wait("node v (jid 2) is dead", 100));
 	assert_true(raw_closed(vfd));
 	close(vfd);
-	/* its journal lock is free at once; everything else is a zombie */
+	/* its journal lock and the mount lock are free at once; everything
+	 * else is a zombie */
 	assert_int_equal(lkc_lock(a.c, 9, vjid, LK_EX, LKF_TRY, NULL, NULL), LK_EX);
+	assert_int_equal(lkc_lock(a.c, 1, 1, LK_EX, LKF_TRY, NULL, NULL), LK_EX);
+	lkc_unlock(a.c, 1, 1, NULL);
 	assert_int_equal(lkc_lock(a.c, 2, 101, LK_PR, LKF_TRY, NULL, NULL), LK_PR);
 	assert_int_equal(lkc_lock(a.c, 2, 101, LK_EX, LKF_TRY, NULL, NULL), -EAGAIN);
 	preq_assert_waiting(pz, 100);
@@ -1070,20 +1076,31 @@ static void test_death_recovery(void **state)
 	assert_int_equal(late.jid, 3);
 	assert_true(wait_recover(&late, 1, 1000));
 	assert_int_equal(late.rec[0].jid, vjid);
-	/* v itself retries its join until the recovery is done */
+	/* v comes back under its name at once, with its old journal, which
+	 * it replays itself: its old locks stay until it says so */
 	assert_int_equal(pthread_create(&j.th, NULL, joiner_run, &j), 0);
-	sleep_ms(200);
+	pthread_join(j.th, NULL);
+	if (j.rc)
+		fail_msg("rejoin of v: %s", j.err);
+	assert_int_equal(j.t.jid, vjid);
+	assert_true(log_wait("node v joined as jid 2", 100));
+	assert_true(log_wait("back from the dead and replays its own journal", 100));
+	assert_true(wait_recover(&j.t, 1, 1000)); /* it hears of its own death */
+	assert_int_equal(j.t.rec[0].jid, vjid);
+	assert_int_equal(lkc_lock(j.t.c, 2, 100, LK_EX, LKF_TRY, NULL, NULL), -EAGAIN);
+	assert_int_equal(tnode_try_join(&dup, "v", addr, TABLE, 4, NULL, err, sizeof(err)),
+			 -EADDRINUSE); /* one live node per name */
 	assert_int_equal(lkc_recovery_done(a.c, 77), -ENOENT);
+	sleep_ms(50);
 	assert_false(preq_done(pz));
-	assert_int_equal(lkc_recovery_done(a.c, vjid), 0);
+	assert_int_equal(lkc_recovery_done(j.t.c, vjid), 0);
+	assert_true(log_wait("journal 2 of node v recovered by node v", 100));
 	assert_int_equal(preq_finish(pz), LK_EX);
 	assert_int_equal(preq_finish(pw), LK_PR);
 	assert_true(pw->fl & LKF_LVB_INVALID);
 	assert_true(pz->fl & LKF_LVB_INVALID); /* v held both in PW/EX */
-	pthread_join(j.th, NULL);
-	if (j.rc)
-		fail_msg("rejoin of v: %s", j.err);
-	assert_int_equal(j.t.jid, vjid); /* its old journal */
+	/* the new v is live and keeps its jid: a further done needs none */
+	assert_int_equal(lkc_recovery_done(j.t.c, vjid), -ENOENT);
 	/* the LVB becomes valid again once written */
 	lkc_unlock(a.c, 9, vjid, NULL);
 	lkc_unlock(b.c, 3, 7, NULL);
@@ -1099,6 +1116,43 @@ static void test_death_recovery(void **state)
 	tnode_close(&late);
 	tnode_close(&a);
 	tnode_close(&b);
+	lockd_stop(d);
+}
+
+/*
+ * A node that comes back under its name and dies again before it replayed
+ * its journal leaves two dead nodes of one jid: both keep their locks, and
+ * one RECOVERY_DONE (here from a third life of it) frees both.
+ */
+static void test_death_twice(void **state)
+{
+	struct lockd *d = server_start(300);
+	struct tnode a, v3;
+	uint32_t j1, j2;
+	int v1, v2;
+
+	(void)state;
+	tnode_join(&a, "a");
+	v1 = raw_join("v", &j1);
+	raw_lock(v1, 1, 2, 100, LK_EX);
+	assert_true(wait_recover(&a, 1, 2000)); /* v1 is dead */
+	v2 = raw_join("v", &j2);
+	assert_int_equal(j2, j1);
+	raw_lock(v2, 1, 2, 200, LK_EX);
+	assert_true(wait_recover(&a, 3, 2000)); /* v2 too: RECOVER for both */
+	assert_true(raw_closed(v1) && raw_closed(v2));
+	close(v1);
+	close(v2);
+	tnode_join(&v3, "v");
+	assert_int_equal(v3.jid, j1);
+	assert_int_equal(lkc_lock(a.c, 2, 100, LK_EX, LKF_TRY, NULL, NULL), -EAGAIN);
+	assert_int_equal(lkc_lock(a.c, 2, 200, LK_EX, LKF_TRY, NULL, NULL), -EAGAIN);
+	assert_int_equal(lkc_recovery_done(v3.c, j1), 0);
+	assert_int_equal(lkc_lock(a.c, 2, 100, LK_EX, LKF_TRY, NULL, NULL), LK_EX);
+	assert_int_equal(lkc_lock(a.c, 2, 200, LK_EX, LKF_TRY, NULL, NULL), LK_EX);
+	assert_int_equal(lkc_recovery_done(a.c, j1), -ENOENT);
+	tnode_close(&v3);
+	tnode_close(&a);
 	lockd_stop(d);
 }
 
@@ -1527,6 +1581,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_join_refusals, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_rejoin_jid, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_death_recovery, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_death_twice, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_death_lvb_ex, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_fencing, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_hostile, setup, teardown),
