@@ -30,9 +30,12 @@
 #   - S's workload, which ran through all this, stopped on no error; its
 #     acknowledgements hold as seen from S and P;
 #   - X mounts again as the same node (retrying up to 15 s: lockd refuses
-#     the name until the recovery is done) and sees X's and S's files;
+#     the name while X's lease runs) and sees X's and S's files;
 #   - the directories of round N-2 are removed from a random node.
-# Each round prints one ok / not ok line; then the unmounts and fsck.
+# Each round prints one ok / not ok line.  Then every daemon is killed at
+# once (two of them in a workload) and every node mounts again under its
+# own name, with nobody alive to recover it (each replays its own journal),
+# and sees what was acknowledged; then the unmounts and fsck.
 #
 # Environment: SHOAL_BUILD, SHOAL_SRC; CLREC_ROUNDS (default 20),
 # CLREC_SEED (default random, printed), CLREC_LEASE (default 2),
@@ -133,8 +136,8 @@ start_node() {
 	return 1
 }
 
-# Mount node i, retrying for up to $2 seconds (a dead name is refused until
-# its journal has been recovered).  The number of attempts goes to $tries.
+# Mount node i, retrying for up to $2 seconds (a dead node's name is refused
+# while its lease runs).  The number of attempts goes to $tries.
 start_node_retry() {
 	local i=$1 limit=$2 t0=$SECONDS
 	tries=0
@@ -319,6 +322,56 @@ for round in $(seq 1 "$ROUNDS"); do
 		fi
 	fi
 done
+
+# --- the whole cluster dies ------------------------------------------------------
+# Every daemon is killed at once, two of them in the middle of a workload:
+# nobody is left to replay anyone's journal, lockd keeps running.  Each node
+# mounts again under its own name once its lease is over, replays its own
+# journal, and every node sees what the others acknowledged.  (Before
+# 2026-12-04 lockd refused a dead name until a live node had recovered it:
+# none could mount again.)
+if [ "$rfailed" -lt 3 ]; then
+	why=()
+	for i in 0 1; do
+		: >"$dir/log.all.$i"
+		mkdir "$(mnt_of $i)/all$i" || why+=("mkdir all$i on n$i")
+		(cd "$(mnt_of $i)" && exec "$PY" "$WL" run "all$i" "$dir/log.all.$i" "$((SEED + 7 + i))") \
+			2>>"$dir/workload.err" &
+		wl_pids+=($!)
+	done
+	sleep_ms $((500 + RANDOM % 1000))
+	for i in $(seq 0 $((NODES - 1))); do
+		[ -n "${daemon[$i]}" ] && kill -9 "${daemon[$i]}"
+	done
+	for p in "${wl_pids[@]}"; do kill -9 "$p" 2>/dev/null || true; done
+	for i in $(seq 0 $((NODES - 1))); do
+		[ -n "${daemon[$i]}" ] && { wait "${daemon[$i]}" 2>/dev/null || true; }
+		daemon[$i]=
+		detach "$(mnt_of $i)"
+	done
+	wait "${wl_pids[@]}" 2>/dev/null || true
+	wl_pids=()
+	t0=$SECONDS
+	for i in $(seq 0 $((NODES - 1))); do
+		start_node_retry $i 15 || why+=("n$i cannot mount again after the whole cluster died ($tries attempts)")
+	done
+	t_all=$((SECONDS - t0))
+	for i in $(seq 0 $((NODES - 1))); do
+		[ -n "${daemon[$i]}" ] || continue
+		for j in 0 1; do
+			check_on $i "all$j" "$dir/log.all.$j" ||
+				why+=("n$i does not see what n$j acknowledged before the whole cluster died")
+		done
+	done
+	what="the whole cluster killed: every node mounts again under its name ($t_all s) and sees what was acknowledged"
+	if [ ${#why[@]} -eq 0 ]; then
+		ok "$what"
+	else
+		not_ok "$what"
+		printf '#   %s\n' "${why[@]}"
+		show_logs
+	fi
+fi
 
 # --- the end: every node unmounts, fsck ----------------------------------------
 
