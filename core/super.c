@@ -327,6 +327,16 @@ int shoal_mount(struct shoal_dev *dev, const struct shoal_mount_opts *opts,
 				 strerror(-err));
 		goto out_free;
 	}
+	/* 0 is the default of a zeroed mount_opts, as -1 is */
+	if (fs->fs_opts.mo_journal > 0 && fs->fs_lm->lm_cluster &&
+	    (uint32_t)fs->fs_opts.mo_journal != slot) {
+		/* two nodes writing one journal would replay over each other */
+		snprintf(fs->fs_err, sizeof(fs->fs_err),
+			 "journal=%d: in a cluster the lock manager chooses the journal (it gave "
+			 "this node journal %u)", fs->fs_opts.mo_journal, slot);
+		err = -EINVAL;
+		goto out_free;
+	}
 	if (fs->fs_opts.mo_journal > 0)
 		slot = (uint32_t)fs->fs_opts.mo_journal;
 	if (slot >= fs->fs_sb.sb_jcount) {

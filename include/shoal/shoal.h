@@ -35,7 +35,8 @@ struct shoal_mount_opts {
 	int mo_atime;            /* enum shoal_atime_mode */
 	unsigned mo_commit_secs; /* journal commit interval, default 5 */
 	uint64_t mo_cache_bytes; /* metadata buffer cache, default 256 MiB */
-	int mo_journal;          /* journal slot; -1: chosen by the lock module */
+	int mo_journal;          /* journal slot; -1 or 0: chosen by the lock module
+				  * (a cluster mount refuses any other than its) */
 	const char *mo_secret;   /* lock=shoal: file with the cluster's secret */
 	unsigned mo_hold_ms;     /* longest adaptive minimum glock hold; 0: none */
 	/* The kernel's caches of ino must go (another node takes its glock):

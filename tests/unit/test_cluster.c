@@ -1509,6 +1509,37 @@ static void test_recovery_of_killed_node(void **state)
 	cl_fini(&c);
 }
 
+/* A cluster mount cannot pick a journal lockd did not give it: two nodes
+ * would write one journal.  The refused node leaves lockd cleanly. */
+static void test_journal_option_in_cluster(void **state)
+{
+	struct cluster c;
+	struct shoal_mount_opts mo = { .mo_node = "a", .mo_journal = 2, .mo_hold_ms = 20 };
+	struct shoal_dev *dev;
+	struct shoal_fs *a;
+	uint64_t t0;
+	(void)state;
+
+	cl_image(&c);
+	cl_lockd_start(&c, REC_LEASE_MS);
+	mo.mo_lock = c.c_lock;
+	assert_int_equal(dev_open(c.c_img, 0, &dev), 0);
+	assert_int_equal(shoal_mount(dev, &mo, &a), -EINVAL);
+	assert_non_null(strstr(shoal_mount_error(), "the lock manager chooses the journal"));
+	dev_close(dev);
+	/* a left: its name is free at once (not after its lease) */
+	t0 = now_ms();
+	if (node_mount(&c, "a", &c.c_fs[0]))
+		fail_msg("mount of node a: %s", shoal_mount_error());
+	assert_true(now_ms() - t0 < REC_LEASE_MS / 2);
+	c.c_n = 1;
+	assert_int_equal(shoal_journal_id(c.c_fs[0]), 0);
+	cl_unmount_all(&c);
+	cl_lockd_stop(&c);
+	cl_fsck(&c);
+	cl_fini(&c);
+}
+
 /*
  * The only node is killed and mounts again under its own name: nobody else
  * can replay its journal, so lockd lets it back once its lease is over, and
@@ -1820,6 +1851,7 @@ int main(void)
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_recovery_of_killed_node),
 		cmocka_unit_test(test_killed_node_comes_back_alone),
+		cmocka_unit_test(test_journal_option_in_cluster),
 		cmocka_unit_test(test_withdraw_after_write_error),
 		cmocka_unit_test(test_withdraw_after_queued_write_error),
 		cmocka_unit_test(test_recovery_read_error),
