@@ -55,8 +55,14 @@ _Static_assert(GLF_INFLIGHT == SHOAL_GLEV_F_INFLIGHT && GLF_DEMOTING == SHOAL_GL
 
 struct gl_recovery {
 	uint32_t jid;
+	unsigned tries;  /* failed replays so far */
+	uint64_t due_ns; /* not before (gl_now_ns) */
 	struct gl_recovery *next;
 };
+
+/* a failed replay is tried again after 1 s, doubling up to 30 s */
+#define GL_RECOVERY_RETRY_NS 1000000000ull
+#define GL_RECOVERY_RETRY_MAX_NS 30000000000ull
 
 struct gl_table {
 	pthread_mutex_t gt_mutex;
@@ -930,15 +936,36 @@ void gl_cb(struct shoal_fs *fs, uint32_t type, uint64_t number, int wanted)
 void gl_recover_cb(struct shoal_fs *fs, uint32_t jid)
 {
 	struct gl_table *gt = fs->fs_gl;
-	struct gl_recovery *r = malloc(sizeof(*r));
-	if (!r)
-		return;
-	r->jid = jid;
+	struct gl_recovery *r;
+
 	pthread_mutex_lock(&gt->gt_mutex);
-	r->next = gt->gt_rlist;
-	gt->gt_rlist = r;
+	for (r = gt->gt_rlist; r && r->jid != jid; r = r->next)
+		;
+	if (r) { /* queued already (a retry): now */
+		r->due_ns = 0;
+	} else if ((r = calloc(1, sizeof(*r)))) {
+		r->jid = jid;
+		r->next = gt->gt_rlist;
+		gt->gt_rlist = r;
+	}
 	pthread_cond_signal(&gt->gt_wcond);
 	pthread_mutex_unlock(&gt->gt_mutex);
+}
+
+/* gt_mutex held: unlink and return the first recovery due at now, else
+ * NULL and the earliest due time into *due. */
+static struct gl_recovery *recovery_due(struct gl_table *gt, uint64_t now, uint64_t *due)
+{
+	for (struct gl_recovery **pp = &gt->gt_rlist; *pp; pp = &(*pp)->next) {
+		struct gl_recovery *r = *pp;
+		if (r->due_ns <= now) {
+			*pp = r->next;
+			return r;
+		}
+		if (!*due || r->due_ns < *due)
+			*due = r->due_ns;
+	}
+	return NULL;
 }
 
 void gl_fenced_cb(struct shoal_fs *fs, const char *why)
@@ -1075,23 +1102,30 @@ static void *worker(void *arg)
 		uint64_t now = gl_now_ns(), due = 0;
 		int err;
 
-		if (gt->gt_rlist) {
-			struct gl_recovery *r = gt->gt_rlist;
-			gt->gt_rlist = r->next;
+		struct gl_recovery *r = recovery_due(gt, now, &due);
+		if (r) {
 			gt->gt_recoveries++;
 			pthread_mutex_unlock(&gt->gt_mutex);
 			err = fs_recover_journal(fs, r->jid);
-			if (err) {
-				/* the dead node's locks stay held until its journal is
-				 * replayed: this node withdraws, and lockd asks the live
-				 * nodes to replay both journals (docs/LOCKING.md) */
-				pthread_mutex_lock(&fs->fs_lock);
-				fs_error(fs, "journal %u of a dead node cannot be replayed: %s",
-					 r->jid, strerror(-err));
-				pthread_mutex_unlock(&fs->fs_lock);
-			}
-			free(r);
 			pthread_mutex_lock(&gt->gt_mutex);
+			if (err && !gt->gt_stop) {
+				/* the dead node's locks stay held until its journal is
+				 * replayed: the replay is tried again, by this node (a
+				 * failure here may be the shared disk's, which every node
+				 * would meet: no withdraw) and by any that lockd asks */
+				uint64_t wait = GL_RECOVERY_RETRY_NS << (r->tries < 5 ? r->tries : 5);
+				if (wait > GL_RECOVERY_RETRY_MAX_NS)
+					wait = GL_RECOVERY_RETRY_MAX_NS;
+				r->tries++;
+				r->due_ns = gl_now_ns() + wait;
+				r->next = gt->gt_rlist;
+				gt->gt_rlist = r;
+				fprintf(stderr, "shoal: journal %u of a dead node: its locks stay held; "
+						"replay %u failed, trying again in %llu s\n",
+					r->jid, r->tries, (unsigned long long)(wait / 1000000000ull));
+			} else {
+				free(r);
+			}
 			continue;
 		}
 		for (pp = &gt->gt_dlist; *pp; pp = &(*pp)->gl_dnext)

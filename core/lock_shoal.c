@@ -89,6 +89,7 @@ static int lks_mount(struct shoal_fs *fs, const char *table, const char *node,
 	cfg.secret_file = fs->fs_opts.mo_secret;
 	cfg.ops = &shoal_lkc_ops;
 	cfg.arg = fs;
+	cfg.self_recover = 1; /* shoal_mount: replay, then lm_recovery_done */
 	e = lkc_connect(&cfg, &c, journal, &lease, err, sizeof(err));
 	if (e) {
 		snprintf(fs->fs_err, sizeof(fs->fs_err), "%s", err[0] ? err : strerror(-e));

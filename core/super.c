@@ -199,6 +199,8 @@ int fs_recover_journal(struct shoal_fs *fs, uint32_t jid)
 		err = jnl_recover(fs, jid, &replayed);
 	if (!err)
 		fs->fs_ctr.sc_recoveries++; /* before lockd lets others see it */
+	else
+		fs->fs_ctr.sc_recovery_errors++;
 	pthread_mutex_unlock(&fs->fs_lock);
 	if (!err) {
 		if (fs->fs_lm->lm_recovery_done)

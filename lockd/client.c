@@ -780,7 +780,7 @@ static int handshake(struct lkc *c, const struct lkp_addr *la, const struct lkc_
 			memset(q + 8, 0, LK_SHA256_LEN);
 		q[40] = (uint8_t)nl;
 		q[41] = (uint8_t)tl;
-		lkp_put16(q + 42, 0);
+		lkp_put16(q + 42, cfg->self_recover ? LKP_JF_SELF_RECOVER : 0);
 		memcpy(q + 44, cfg->node, nl);
 		memcpy(q + 44 + nl, cfg->table, tl);
 	}

@@ -40,11 +40,14 @@
  *      is zero and invalid until a PW/EX holder writes it;
  *  (6) a node is DEAD only after lease_ms without a heartbeat; the journal
  *      id and name of a DEAD node are not given to anyone before its
- *      RECOVERY_DONE, except to the same node coming back under its name:
- *      its mount holds that journal's lock while it replays the journal,
- *      before it takes any other lock but the mount lock, and then sends
- *      RECOVERY_DONE itself (a name has at most one live node; its dead
- *      ones all have its jid, and one RECOVERY_DONE frees them all);
+ *      RECOVERY_DONE, except to the same node coming back under its name
+ *      with JOIN jflags SELF_RECOVER: its mount holds that journal's lock
+ *      while it replays the journal, before it takes any other lock but
+ *      the mount lock, and then sends RECOVERY_DONE itself (a name has at
+ *      most one live node; its dead ones all have its jid, and one
+ *      RECOVERY_DONE frees them all; if it LEAVEs first, RECOVER goes to
+ *      every live node again).  RECOVERY_DONE(jid) counts only from a node
+ *      that holds the journal lock (9, jid) in EX, under which it replayed;
  *  (7) input is never trusted: a bad frame closes that connection with one
  *      log line and changes no other state;
  *  (8) one thread runs the loop; nothing here is shared with another thread
@@ -730,6 +733,19 @@ static struct ld_node *node_by_name(struct lockd *d, const char *name, int dead)
 	return NULL;
 }
 
+/* A dead node of journal jid (6: there may be several). */
+static struct ld_node *node_dead_of_jid(struct lockd *d, uint32_t jid)
+{
+	struct ld_list *p, *t;
+
+	list_for_each_safe(p, t, &d->ld_nodes) {
+		struct ld_node *nd = container_of(p, struct ld_node, nd_link);
+		if (nd->nd_jid == jid && nd->nd_state == ND_DEAD)
+			return nd;
+	}
+	return NULL;
+}
+
 /* A node, live or dead, of journal jid. */
 static struct ld_node *node_by_jid(struct lockd *d, uint32_t jid)
 {
@@ -856,10 +872,32 @@ regrant:
 	broadcast_recover(d);
 }
 
+/* Does nd hold resource (type, number) granted in mode EX? */
+static int node_holds_ex(struct ld_node *nd, uint32_t type, uint64_t number)
+{
+	struct ld_list *p, *t;
+
+	list_for_each_safe(p, t, &nd->nd_locks) {
+		struct ld_lock *lk = container_of(p, struct ld_lock, lk_nlink);
+		if (lk->lk_res->rs_type == type && lk->lk_res->rs_number == number)
+			return lk->lk_gr == LK_EX;
+	}
+	return 0;
+}
+
 static void do_recovery_done(struct lockd *d, struct ld_node *by, uint32_t seq, uint32_t jid)
 {
 	struct ld_list *p, *t;
 	int n = 0;
+
+	/* only the node that replayed the journal can say so: it does it
+	 * under the journal's lock, in EX */
+	if (!node_holds_ex(by, GL_JOURNAL_TYPE, jid)) {
+		ld_log(d, LOG_WARNING, "node %s: recovery done for jid %u without holding its journal "
+				       "lock in EX: refused", by->nd_name, jid);
+		send_result(d, by->nd_conn, seq, -EPERM);
+		return;
+	}
 
 	/* every dead node of the journal: a node that came back under its
 	 * name and died again before replaying it left two (6) */
@@ -921,7 +959,8 @@ static void do_join(struct lockd *d, struct ld_conn *cn, const uint8_t *p, size_
 		return;
 	}
 	if (LKP_JOIN_FIXED + nl + tl != plen || !lkp_valid_name((const char *)p + 44, nl) ||
-	    !lkp_valid_table((const char *)p + 44 + nl, tl) || lkp_get16(p + 42)) {
+	    !lkp_valid_table((const char *)p + 44 + nl, tl) ||
+	    (lkp_get16(p + 42) & ~LKP_JF_SELF_RECOVER)) {
 		ld_log(d, LOG_WARNING, "%s: malformed JOIN (bad name or table); closing", cn->cn_peer);
 		conn_close(d, cn, NULL);
 		return;
@@ -956,6 +995,11 @@ static void do_join(struct lockd *d, struct ld_conn *cn, const uint8_t *p, size_
 	 * mount replays it before taking any other lock and sends
 	 * RECOVERY_DONE itself (6) */
 	back = node_by_name(d, name, 1);
+	if (back && !(lkp_get16(p + 42) & LKP_JF_SELF_RECOVER)) {
+		/* a client that would not replay its own journal */
+		refuse(d, cn, EAGAIN, 1, "node name %s is pending recovery; retry later", name);
+		return;
+	}
 	if (back && back->nd_jid >= njournals) {
 		refuse(d, cn, EAGAIN, 1, "node name %s is pending recovery of journal %u, which a "
 					 "node of %u journals cannot do; retry later", name, back->nd_jid,
@@ -1063,6 +1107,7 @@ static void conn_msg(struct lockd *d, struct ld_conn *cn, const uint8_t *f, size
 	const uint8_t *p = f + LKP_HDR;
 	size_t plen = flen - LKP_HDR;
 	struct ld_node *nd = cn->cn_node;
+	uint32_t jid;
 
 	if (lkp_get16(f + 6)) {
 		ld_log(d, LOG_WARNING, "%s: nonzero header flags; closing", cn->cn_peer);
@@ -1108,9 +1153,15 @@ static void conn_msg(struct lockd *d, struct ld_conn *cn, const uint8_t *f, size
 		ld_log(d, LOG_NOTICE, "node %s (jid %u) left", nd->nd_name, nd->nd_jid);
 		cn->cn_node = NULL;
 		nd->nd_conn = NULL;
+		jid = nd->nd_jid;
 		node_free(d, nd);
 		send_result(d, cn, seq, 0);
 		cn->cn_close_after_flush = 1;
+		/* it came back under the name of a dead node and left before
+		 * replaying that journal (its mount failed): the live nodes,
+		 * which could not take its journal lock then, are asked again */
+		if (node_dead_of_jid(d, jid))
+			broadcast_recover(d);
 		break;
 	default:
 		ld_log(d, LOG_WARNING, "%s: unexpected message %s (type %u); closing", cn->cn_peer,

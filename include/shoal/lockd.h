@@ -55,6 +55,10 @@ struct lkc_config {
 	const char *secret_file; /* NULL: no secret */
 	const struct lkc_ops *ops;
 	void *arg;
+	/* this node replays its own journal when it joins and then sends
+	 * lkc_recovery_done for it: it may come back under the name of a
+	 * node pending recovery (PROTOCOL.md, "A dead node coming back") */
+	int self_recover;
 };
 
 struct lkc;

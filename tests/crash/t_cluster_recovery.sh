@@ -34,8 +34,8 @@
 #   - the directories of round N-2 are removed from a random node.
 # Each round prints one ok / not ok line.  Then every daemon is killed at
 # once (two of them in a workload) and every node mounts again under its
-# own name, with nobody alive to recover it (each replays its own journal),
-# and sees what was acknowledged; then the unmounts and fsck.
+# own name, with nobody alive to recover it (the first to mount replays
+# them all), and sees what was acknowledged; then the unmounts and fsck.
 #
 # Environment: SHOAL_BUILD, SHOAL_SRC; CLREC_ROUNDS (default 20),
 # CLREC_SEED (default random, printed), CLREC_LEASE (default 2),
@@ -326,8 +326,10 @@ done
 # --- the whole cluster dies ------------------------------------------------------
 # Every daemon is killed at once, two of them in the middle of a workload:
 # nobody is left to replay anyone's journal, lockd keeps running.  Each node
-# mounts again under its own name once its lease is over, replays its own
-# journal, and every node sees what the others acknowledged.  (Before
+# mounts again under its own name once its lease is over (n0 through the
+# new path: lockd lets it in while its old life is pending recovery; its
+# mount replays the other journals, as every mount does, and its own), and
+# every node sees what the others acknowledged.  (Before
 # 2026-12-04 lockd refused a dead name until a live node had recovered it:
 # none could mount again.)
 if [ "$rfailed" -lt 3 ]; then

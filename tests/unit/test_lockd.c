@@ -215,7 +215,7 @@ static int tnode_try_join(struct tnode *t, const char *name, const char *a, cons
 			  uint32_t njournals, const char *secret, char *err, size_t errlen)
 {
 	struct lkc_config cfg = { .addr = a, .node = name, .table = table, .njournals = njournals,
-				  .secret_file = secret, .ops = &tops, .arg = t };
+				  .secret_file = secret, .ops = &tops, .arg = t, .self_recover = 1 };
 
 	memset(t, 0, sizeof(*t));
 	pthread_mutex_init(&t->mu, NULL);
@@ -230,6 +230,18 @@ static void tnode_join(struct tnode *t, const char *name)
 
 	if (rc)
 		fail_msg("join %s: %s", name, err);
+}
+
+/* What a node that replayed journal jid does: RECOVERY_DONE under the
+ * journal's lock in EX (taken, or kept if held, then given back). */
+static int recovered(struct tnode *t, uint32_t jid)
+{
+	int rc;
+
+	assert_int_equal(lkc_lock(t->c, 9, jid, LK_EX, 0, NULL, NULL), LK_EX);
+	rc = lkc_recovery_done(t->c, jid);
+	lkc_unlock(t->c, 9, jid, NULL);
+	return rc;
 }
 
 static void tnode_close(struct tnode *t)
@@ -411,8 +423,9 @@ static int raw_closed(int fd)
 	return 0;
 }
 
-/* Connect and join as name without a secret; returns the fd, jid in *jid. */
-static int raw_join(const char *name, uint32_t *jid)
+/* Connect and join as name without a secret, with JOIN jflags; returns
+ * the fd and the jid in *jid, or -1 if refused (the socket closed). */
+static int raw_join_f(const char *name, unsigned jflags, uint32_t *jid)
 {
 	uint8_t buf[LKP_MAX_FRAME], *p = buf + LKP_HDR;
 	size_t plen, nl = strlen(name), tl = strlen(TABLE), len;
@@ -425,11 +438,27 @@ static int raw_join(const char *name, uint32_t *jid)
 	lkp_put32(p + 4, 4);
 	p[40] = (uint8_t)nl;
 	p[41] = (uint8_t)tl;
+	lkp_put16(p + 42, (uint16_t)jflags);
 	memcpy(p + 44, name, nl);
 	memcpy(p + 44 + nl, TABLE, tl);
 	raw_send(fd, buf, len);
-	assert_int_equal(raw_frame(fd, buf, &plen), LKP_JOIN_OK);
+	int t = raw_frame(fd, buf, &plen);
+
+	if (t == LKP_REFUSE) {
+		close(fd);
+		return -1;
+	}
+	assert_int_equal(t, LKP_JOIN_OK);
 	*jid = lkp_get32(p);
+	return fd;
+}
+
+/* raw_join_f as an old client: no jflags. */
+static int raw_join(const char *name, uint32_t *jid)
+{
+	int fd = raw_join_f(name, 0, jid);
+
+	assert_true(fd >= 0);
 	return fd;
 }
 
@@ -1067,6 +1096,10 @@ static void test_death_recovery(void **state)
 	assert_int_equal(lkc_lock(a.c, 9, vjid, LK_EX, LKF_TRY, NULL, NULL), LK_EX);
 	assert_int_equal(lkc_lock(a.c, 1, 1, LK_EX, LKF_TRY, NULL, NULL), LK_EX);
 	lkc_unlock(a.c, 1, 1, NULL);
+	/* only the holder of the journal lock can say it replayed it */
+	assert_int_equal(lkc_recovery_done(b.c, vjid), -EPERM);
+	assert_true(log_wait("without holding its journal lock in EX: refused", 100));
+	lkc_unlock(a.c, 9, vjid, NULL); /* a does not replay it after all */
 	assert_int_equal(lkc_lock(a.c, 2, 101, LK_PR, LKF_TRY, NULL, NULL), LK_PR);
 	assert_int_equal(lkc_lock(a.c, 2, 101, LK_EX, LKF_TRY, NULL, NULL), -EAGAIN);
 	preq_assert_waiting(pz, 100);
@@ -1090,26 +1123,25 @@ static void test_death_recovery(void **state)
 	assert_int_equal(lkc_lock(j.t.c, 2, 100, LK_EX, LKF_TRY, NULL, NULL), -EAGAIN);
 	assert_int_equal(tnode_try_join(&dup, "v", addr, TABLE, 4, NULL, err, sizeof(err)),
 			 -EADDRINUSE); /* one live node per name */
-	assert_int_equal(lkc_recovery_done(a.c, 77), -ENOENT);
+	assert_int_equal(recovered(&a, 77), -ENOENT);
 	sleep_ms(50);
 	assert_false(preq_done(pz));
-	assert_int_equal(lkc_recovery_done(j.t.c, vjid), 0);
+	assert_int_equal(recovered(&j.t, vjid), 0);
 	assert_true(log_wait("journal 2 of node v recovered by node v", 100));
 	assert_int_equal(preq_finish(pz), LK_EX);
 	assert_int_equal(preq_finish(pw), LK_PR);
 	assert_true(pw->fl & LKF_LVB_INVALID);
 	assert_true(pz->fl & LKF_LVB_INVALID); /* v held both in PW/EX */
 	/* the new v is live and keeps its jid: a further done needs none */
-	assert_int_equal(lkc_recovery_done(j.t.c, vjid), -ENOENT);
+	assert_int_equal(recovered(&j.t, vjid), -ENOENT);
 	/* the LVB becomes valid again once written */
-	lkc_unlock(a.c, 9, vjid, NULL);
 	lkc_unlock(b.c, 3, 7, NULL);
 	memset(lvb, 7, sizeof(lvb));
 	assert_int_equal(lkc_lock(a.c, 3, 7, LK_EX, 0, lvb, &fl), LK_EX);
 	assert_true(fl & LKF_LVB_INVALID);
 	assert_int_equal(lkc_lock(a.c, 3, 7, LK_PR, 0, lvb, &fl), LK_PR);
 	assert_false(fl & LKF_LVB_INVALID);
-	assert_int_equal(lkc_recovery_done(a.c, vjid), -ENOENT);
+	assert_int_equal(lkc_recovery_done(a.c, vjid), -EPERM); /* v holds it */
 	free(pz);
 	free(pw);
 	lkc_close(j.t.c);
@@ -1136,7 +1168,9 @@ static void test_death_twice(void **state)
 	v1 = raw_join("v", &j1);
 	raw_lock(v1, 1, 2, 100, LK_EX);
 	assert_true(wait_recover(&a, 1, 2000)); /* v1 is dead */
-	v2 = raw_join("v", &j2);
+	assert_int_equal(raw_join_f("v", 0, &j2), -1); /* a client that would not replay it */
+	assert_true(log_wait("node name v is pending recovery; retry later", 100));
+	v2 = raw_join_f("v", LKP_JF_SELF_RECOVER, &j2);
 	assert_int_equal(j2, j1);
 	raw_lock(v2, 1, 2, 200, LK_EX);
 	assert_true(wait_recover(&a, 3, 2000)); /* v2 too: RECOVER for both */
@@ -1147,11 +1181,46 @@ static void test_death_twice(void **state)
 	assert_int_equal(v3.jid, j1);
 	assert_int_equal(lkc_lock(a.c, 2, 100, LK_EX, LKF_TRY, NULL, NULL), -EAGAIN);
 	assert_int_equal(lkc_lock(a.c, 2, 200, LK_EX, LKF_TRY, NULL, NULL), -EAGAIN);
-	assert_int_equal(lkc_recovery_done(v3.c, j1), 0);
+	assert_int_equal(recovered(&v3, j1), 0);
 	assert_int_equal(lkc_lock(a.c, 2, 100, LK_EX, LKF_TRY, NULL, NULL), LK_EX);
 	assert_int_equal(lkc_lock(a.c, 2, 200, LK_EX, LKF_TRY, NULL, NULL), LK_EX);
-	assert_int_equal(lkc_recovery_done(a.c, j1), -ENOENT);
+	assert_int_equal(recovered(&a, j1), -ENOENT);
 	tnode_close(&v3);
+	tnode_close(&a);
+	lockd_stop(d);
+}
+
+/*
+ * A node back under a dead name whose mount fails (it LEAVEs before its
+ * RECOVERY_DONE): the live nodes, which could not take its journal lock
+ * while it held it, are asked to recover again, and the zombies go only
+ * once one of them has.
+ */
+static void test_comeback_leaves(void **state)
+{
+	struct lockd *d = server_start(300);
+	struct tnode a, v2;
+	uint32_t j1;
+	int v1;
+
+	(void)state;
+	tnode_join(&a, "a");
+	v1 = raw_join("v", &j1);
+	raw_lock(v1, 1, 2, 100, LK_EX);
+	assert_true(wait_recover(&a, 1, 2000)); /* v1 is dead */
+	assert_true(raw_closed(v1));
+	close(v1);
+	tnode_join(&v2, "v");
+	assert_int_equal(v2.jid, j1);
+	assert_int_equal(lkc_lock(v2.c, 9, j1, LK_EX, 0, NULL, NULL), LK_EX);
+	/* a's try at the journal lock fails: v2 has it */
+	assert_int_equal(lkc_lock(a.c, 9, j1, LK_EX, LKF_TRY, NULL, NULL), -EAGAIN);
+	tnode_close(&v2); /* LEAVE, no RECOVERY_DONE */
+	assert_true(wait_recover(&a, 2, 1000));
+	assert_int_equal(a.rec[1].jid, j1);
+	assert_int_equal(lkc_lock(a.c, 2, 100, LK_EX, LKF_TRY, NULL, NULL), -EAGAIN);
+	assert_int_equal(recovered(&a, j1), 0);
+	assert_int_equal(lkc_lock(a.c, 2, 100, LK_EX, LKF_TRY, NULL, NULL), LK_EX);
 	tnode_close(&a);
 	lockd_stop(d);
 }
@@ -1184,7 +1253,7 @@ static void test_death_lvb_ex(void **state)
 	assert_int_equal(lkc_lock(a.c, 2, 100, LK_PR, LKF_TRY, NULL, NULL), -EAGAIN);
 	assert_int_equal(wait_recover(&a, 1, 0), 0);
 	assert_true(wait_recover(&a, 1, 2000));
-	assert_int_equal(lkc_recovery_done(a.c, vjid), 0);
+	assert_int_equal(recovered(&a, vjid), 0);
 	memset(lvb, 0, sizeof(lvb));
 	assert_int_equal(lkc_lock(a.c, 2, 100, LK_PR, 0, lvb, &fl), LK_PR);
 	assert_true(fl & LKF_LVB_INVALID); /* v died holding EX */
@@ -1445,9 +1514,9 @@ static void test_hostile(void **state)
 	assert_true(wait_recover_jid(&a, jid, 5000)); /* dead at lease expiry */
 	assert_true(wait_recover_jid(&a, j1, 10));
 	assert_true(wait_recover_jid(&a, j2, 10));
-	assert_int_equal(lkc_recovery_done(a.c, jid), 0);
-	assert_int_equal(lkc_recovery_done(a.c, j1), 0);
-	assert_int_equal(lkc_recovery_done(a.c, j2), 0);
+	assert_int_equal(recovered(&a, jid), 0);
+	assert_int_equal(recovered(&a, j1), 0);
+	assert_int_equal(recovered(&a, j2), 0);
 	assert_int_equal(lkc_lock(a.c, 2, 300, LK_EX, LKF_TRY, NULL, NULL), LK_EX);
 
 	/* through all this the first node kept its lock and its lease */
@@ -1582,6 +1651,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_rejoin_jid, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_death_recovery, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_death_twice, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_comeback_leaves, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_death_lvb_ex, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_fencing, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_hostile, setup, teardown),
