@@ -1727,18 +1727,18 @@ static void test_eio_journal_flush(void **state)
  * the error for the end of the log mounted without them, and the next
  * commits wrote over them.)
  */
-static void test_replay_read_error(void **state)
+static void replay_read_error_case(int partial)
 {
 	char *base = base_image(), *img = tu_tmpimage(IMG_SIZE);
 	struct shoal_mount_opts mo = { .mo_commit_secs = 3600, .mo_atime = SHOAL_NOATIME };
 	struct dev_fault_cfg cfg = no_faults;
 	struct shoal_sb sb;
 	struct shoal_jhead jh;
+	struct shoal_mh mh;
 	uint8_t h0[4096], h1[4096];
 	struct fmount m;
 	struct shoal_fs *fs;
-	uint64_t jaddr, bs;
-	(void)state;
+	uint64_t jaddr, bs, bad;
 
 	copy_image(base, img);
 	mount_fault(img, &m, NULL);
@@ -1749,7 +1749,9 @@ static void test_replay_read_error(void **state)
 	assert_int_equal(shoal_sync(fs), 0);
 	crash(&m, 0); /* both in the journal only */
 
-	/* every block of journal 0's log is unreadable, its head is not */
+	/* journal 0's log is unreadable from its first block (partial: from
+	 * the second transaction's descriptor, so the first one replays); its
+	 * head is readable */
 	assert_int_equal(dev_open(img, 0, &m.fm_lower), 0);
 	assert_int_equal(dev_read(m.fm_lower, &sb, sizeof(sb), 0), 0);
 	bs = sb.sb_bsize;
@@ -1758,8 +1760,19 @@ static void test_replay_read_error(void **state)
 	assert_int_equal(dev_read(m.fm_lower, h0, bs, jaddr * bs), 0);
 	memcpy(&jh, h0, sizeof(jh));
 	assert_true(jh.jh_tail >= 1 && jh.jh_tail < sb.sb_jblocks);
+	bad = jaddr + 1;
+	if (partial) {
+		for (bad = jaddr + jh.jh_tail; bad < jaddr + sb.sb_jblocks; bad++) {
+			assert_int_equal(dev_read(m.fm_lower, &mh, sizeof(mh), bad * bs), 0);
+			if (mh.mh_type == SHOAL_MT_LDESC && mh.mh_blkno == bad &&
+			    mh.mh_seq == jh.jh_tail_seq + 1)
+				break;
+		}
+		assert_true(bad < jaddr + sb.sb_jblocks); /* the second commit is there */
+		assert_true(bad > jaddr + jh.jh_tail);
+	}
 	assert_int_equal(dev_fault_wrap(m.fm_lower, &m.fm_dev), 0);
-	cfg.fc_bad_read_lo = (jaddr + 1) * bs;
+	cfg.fc_bad_read_lo = bad * bs;
 	cfg.fc_bad_read_hi = (jaddr + sb.sb_jblocks) * bs;
 	dev_fault_set(m.fm_dev, &cfg);
 	assert_int_equal(shoal_mount(m.fm_dev, &mo, &fs), -EIO);
@@ -1776,6 +1789,13 @@ static void test_replay_read_error(void **state)
 	assert_int_equal(shoal_unmount(fs), 0);
 	tu_rmimage(img);
 	tu_rmimage(base);
+}
+
+static void test_replay_read_error(void **state)
+{
+	(void)state;
+	replay_read_error_case(0);
+	replay_read_error_case(1);
 }
 
 /* A failed data write fails the write call, and changes neither size nor data. */
