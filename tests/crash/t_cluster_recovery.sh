@@ -193,6 +193,19 @@ show_logs() {
 	tail -n 8 "$dir/lockd.log" | sed 's/^/#   lockd: /'
 }
 
+# ok "$1" if the why array is empty, else not ok with the reasons and the
+# logs, and 1.
+verdict() {
+	if [ ${#why[@]} -eq 0 ]; then
+		ok "$1"
+		return 0
+	fi
+	not_ok "$1"
+	printf '#   %s\n' "${why[@]}"
+	show_logs
+	return 1
+}
+
 sleep_ms() { sleep "$(($1 / 1000)).$(printf '%03d' $(($1 % 1000)))"; }
 
 # --- setup ---------------------------------------------------------------------
@@ -304,12 +317,7 @@ for round in $(seq 1 "$ROUNDS"); do
 	fi
 
 	what="round $round: n$x killed after ${ms_delay} ms ($acks acks; $stats1), n$s active, check done after ${t_check} ms, recovery seen after ${t_rec} ms, remount in $tries tries"
-	if [ ${#why[@]} -eq 0 ]; then
-		ok "$what"
-	else
-		not_ok "$what"
-		printf '#   %s\n' "${why[@]}"
-		show_logs
+	if ! verdict "$what"; then
 		rfailed=$((rfailed + 1))
 		for i in $(seq 0 $((NODES - 1))); do
 			[ -n "${daemon[$i]}" ] && continue
@@ -365,14 +373,7 @@ if [ "$rfailed" -lt 3 ]; then
 				why+=("n$i does not see what n$j acknowledged before the whole cluster died")
 		done
 	done
-	what="the whole cluster killed: every node mounts again under its name ($t_all s) and sees what was acknowledged"
-	if [ ${#why[@]} -eq 0 ]; then
-		ok "$what"
-	else
-		not_ok "$what"
-		printf '#   %s\n' "${why[@]}"
-		show_logs
-	fi
+	verdict "the whole cluster killed: every node mounts again under its name ($t_all s) and sees what was acknowledged" || true
 fi
 
 # --- the end: every node unmounts, fsck ----------------------------------------
