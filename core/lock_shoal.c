@@ -47,13 +47,9 @@ static void cb_bast(void *arg, uint32_t type, uint64_t number, int wanted)
 
 static void cb_recover(void *arg, uint32_t jid, const char *node)
 {
-	struct shoal_fs *fs = arg;
-
-	/* this node's own earlier life (lockd's (6)): its mount replays it */
-	if (!strcmp(node, fs->fs_node))
-		return;
-	fprintf(stderr, "shoal: node %s (journal %u) is dead: recovering its journal\n", node,
-		jid);
+	/* fs_recover_journal skips this node's own journal (its earlier
+	 * life, back under its name: the mount replays it) */
+	fprintf(stderr, "shoal: node %s (journal %u) is dead\n", node, jid);
 	gl_recover_cb(arg, jid);
 }
 

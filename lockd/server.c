@@ -872,27 +872,16 @@ regrant:
 	broadcast_recover(d);
 }
 
-/* Does nd hold resource (type, number) granted in mode EX? */
-static int node_holds_ex(struct ld_node *nd, uint32_t type, uint64_t number)
-{
-	struct ld_list *p, *t;
-
-	list_for_each_safe(p, t, &nd->nd_locks) {
-		struct ld_lock *lk = container_of(p, struct ld_lock, lk_nlink);
-		if (lk->lk_res->rs_type == type && lk->lk_res->rs_number == number)
-			return lk->lk_gr == LK_EX;
-	}
-	return 0;
-}
-
 static void do_recovery_done(struct lockd *d, struct ld_node *by, uint32_t seq, uint32_t jid)
 {
 	struct ld_list *p, *t;
 	int n = 0;
+	struct ld_res *jrs = res_find(d, GL_JOURNAL_TYPE, jid);
+	struct ld_lock *jlk = jrs ? res_lock_of(jrs, by) : NULL;
 
 	/* only the node that replayed the journal can say so: it does it
 	 * under the journal's lock, in EX */
-	if (!node_holds_ex(by, GL_JOURNAL_TYPE, jid)) {
+	if (!jlk || jlk->lk_gr != LK_EX) {
 		ld_log(d, LOG_WARNING, "node %s: recovery done for jid %u without holding its journal "
 				       "lock in EX: refused", by->nd_name, jid);
 		send_result(d, by->nd_conn, seq, -EPERM);

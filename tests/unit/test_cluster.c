@@ -216,35 +216,41 @@ static void cl_lockd_start(struct cluster *c, uint32_t lease_ms)
 		fail_msg("lockd_start: %s", err);
 }
 
-/* Mount node `name` on the image: 0 and *out, or the error (why printed). */
-static int node_mount(struct cluster *c, const char *name, struct shoal_fs **out)
+/* Mount node `name` on dev, a device handle the mount owns once it
+ * succeeds: 0 and *out, or the error (why printed). */
+static int node_mount_dev(struct cluster *c, const char *name, struct shoal_dev *dev,
+			  struct shoal_fs **out)
 {
 	struct shoal_mount_opts mo = {
 		.mo_lock = c->c_lock, .mo_node = name, .mo_journal = -1, .mo_hold_ms = 20,
 		.mo_commit_secs = 1, /* statfs sees other nodes' changes within commit + 1 s */
 	};
+	int err = shoal_mount(dev, &mo, out);
+
+	if (err && verbose())
+		fprintf(stderr, "  mount of node %s: %s\n", name, shoal_mount_error());
+	return err;
+}
+
+/* Mount node `name` on the image: 0 and *out, or the error (why printed). */
+static int node_mount(struct cluster *c, const char *name, struct shoal_fs **out)
+{
 	struct shoal_dev *dev;
 	int err;
 
 	assert_int_equal(dev_open(c->c_img, 0, &dev), 0);
-	err = shoal_mount(dev, &mo, out);
-	if (err) {
-		if (verbose())
-			fprintf(stderr, "  mount of node %s: %s\n", name, shoal_mount_error());
+	err = node_mount_dev(c, name, dev, out);
+	if (err)
 		dev_close(dev);
-	}
 	return err;
 }
 
-/* Mount node `name` on dev (the caller's device handle, owned by the mount
- * from here on); fails the test if it cannot. */
+/* node_mount_dev that fails the test if the mount fails. */
 static struct shoal_fs *node_mount_on(struct cluster *c, const char *name, struct shoal_dev *dev)
 {
-	struct shoal_mount_opts mo = { .mo_lock = c->c_lock, .mo_node = name, .mo_journal = -1,
-				       .mo_hold_ms = 20, .mo_commit_secs = 1 };
 	struct shoal_fs *fs;
 
-	if (shoal_mount(dev, &mo, &fs))
+	if (node_mount_dev(c, name, dev, &fs))
 		fail_msg("mount of node %s: %s", name, shoal_mount_error());
 	return fs;
 }
