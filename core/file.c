@@ -297,7 +297,9 @@ static ssize_t write_src(struct shoal_fs *fs, struct shoal_inode *ip, const stru
 		return -EFBIG;
 	/* inline data is copied from memory; a callback's bytes go to blocks */
 	if (di->di_height == 0 && end <= pay && src->ws_mem) {
-		inode_dirty(fs, ip, end > di->di_size);
+		/* the bytes live in the dinode: fdatasync must commit it even
+		 * when the size does not change (an overwrite) */
+		inode_dirty(fs, ip, 1);
 		memcpy(ip->i_bh->b_data + SHOAL_DI_PAYLOAD_OFF + off, src->ws_mem, size);
 		if (end > di->di_size)
 			di->di_size = end;

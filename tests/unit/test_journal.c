@@ -1580,6 +1580,109 @@ static void expect_file(struct shoal_fs *fs, const char *path, size_t size, uint
 }
 
 /*
+ * Every kind of data change, each followed by fdatasync on an open file and
+ * then a power cut: what fdatasync acknowledged is there after replay.  An
+ * in-place overwrite of an inline (small) file used to be left out of what
+ * fdatasync commits (issue 21, defect 1).
+ */
+enum { FD_INLINE, FD_BLOCK, FD_HOLE, FD_APPEND, FD_FALLOC, FD_SHRINK, FD_GROW, FD_KINDS };
+static const char *const fd_kind_name[FD_KINDS] = {
+	"overwrite inside an inline file", "overwrite inside a block", "write into a hole",
+	"append", "fallocate past the end", "truncate down", "truncate up",
+};
+
+static void test_fdatasync_every_change(void **state)
+{
+	char *base = base_image(), *img = tu_tmpimage(IMG_SIZE);
+	enum { FSZ = 256 * 1024 };
+	uint8_t *want = calloc(1, FSZ), chg[4096];
+	int bad = 0;
+
+	assert_non_null(want);
+	for (int kind = 0; kind < FD_KINDS; kind++) {
+		struct fmount m;
+		struct stat st;
+		size_t size = kind == FD_INLINE ? 100 : kind == FD_HOLE ? FSZ : 20000;
+		uint64_t seed = 40 + (uint64_t)kind;
+
+		copy_image(base, img);
+		mount_fault(img, &m, NULL);
+		struct shoal_fs *fs = m.fm_fs;
+		uint64_t R = shoal_root(fs);
+		memset(want, 0, FSZ);
+		pattern(want, size, seed);
+		if (kind == FD_HOLE) {
+			/* a sparse file: data at the start and the end only */
+			assert_int_equal(shoal_create(fs, &ctx, R, "f", 0644, O_RDWR, &st), 0);
+			memset(want + 8192, 0, FSZ - 16384);
+			assert_int_equal(shoal_write(fs, &ctx, st.st_ino, want, 8192, 0, O_RDWR), 8192);
+			assert_int_equal(shoal_write(fs, &ctx, st.st_ino, want + FSZ - 8192, 8192,
+						     FSZ - 8192, O_RDWR),
+					 8192);
+			assert_int_equal(shoal_release(fs, st.st_ino, O_RDWR), 0);
+			shoal_forget(fs, st.st_ino, 1);
+		} else {
+			mk(fs, R, "f", size, seed);
+		}
+		assert_int_equal(shoal_sync(fs), 0);
+
+		assert_int_equal(tc_lookup_path(fs, "f", &st), 0);
+		uint64_t f = st.st_ino;
+		assert_int_equal(shoal_open(fs, f, O_RDWR), 0);
+		pattern(chg, sizeof(chg), 99);
+		switch (kind) {
+		case FD_INLINE:
+			assert_int_equal(shoal_write(fs, &ctx, f, chg, 10, 20, O_RDWR), 10);
+			memcpy(want + 20, chg, 10);
+			break;
+		case FD_BLOCK:
+			assert_int_equal(shoal_write(fs, &ctx, f, chg, 300, 5000, O_RDWR), 300);
+			memcpy(want + 5000, chg, 300);
+			break;
+		case FD_HOLE:
+			assert_int_equal(shoal_write(fs, &ctx, f, chg, 4096, 65536, O_RDWR), 4096);
+			memcpy(want + 65536, chg, 4096);
+			break;
+		case FD_APPEND:
+			assert_int_equal(shoal_write(fs, &ctx, f, chg, 1000, size, O_RDWR), 1000);
+			memcpy(want + size, chg, 1000);
+			size += 1000;
+			break;
+		case FD_FALLOC:
+			assert_int_equal(shoal_fallocate(fs, f, 0, size, 30000), 0);
+			size += 30000; /* the new bytes read as zeros */
+			break;
+		case FD_SHRINK:
+		case FD_GROW: {
+			struct stat a = { .st_size = kind == FD_SHRINK ? 7000 : 50000 }, out;
+			assert_int_equal(shoal_setattr(fs, &ctx, f, &a, SHOAL_SET_SIZE, &out), 0);
+			if (kind == FD_SHRINK)
+				memset(want + 7000, 0, size - 7000);
+			size = (size_t)a.st_size;
+			break;
+		}
+		}
+		assert_int_equal(shoal_fsync(fs, f, 1), 0);
+		crash(&m, 0);
+
+		fs = mount_plain(img, SHOAL_NOATIME);
+		struct ostate o = observe(fs, "f");
+		if (o.o_kind != K_FILE || o.o_size != size ||
+		    o.o_hash != tc_fnv(TC_FNV0, want, size)) {
+			print_message("fdatasync after %s: lost after a power cut (size %llu, want %zu)\n",
+				      fd_kind_name[kind], (unsigned long long)o.o_size, size);
+			bad++;
+		}
+		tc_check_tree(fs, 1);
+		assert_int_equal(shoal_unmount(fs), 0);
+	}
+	free(want);
+	tu_rmimage(img);
+	tu_rmimage(base);
+	assert_int_equal(bad, 0);
+}
+
+/*
  * fsync of an inode that left the inode cache (the kernel forgot it, as it
  * does under memory pressure) and was looked up and opened again must still
  * commit the changes made before: they are in the running transaction.
@@ -1914,6 +2017,7 @@ int main(void)
 		cmocka_unit_test(test_eio_data_write),
 		cmocka_unit_test(test_replay_read_error),
 		cmocka_unit_test(test_eio_sweep),
+		cmocka_unit_test(test_fdatasync_every_change),
 	};
 
 	verbose = getenv("SHOAL_TEST_VERBOSE") != NULL;
