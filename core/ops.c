@@ -686,16 +686,72 @@ static int do_symlink(struct shoal_fs *fs, const struct shoal_ctx *ctx, uint64_t
 	return err;
 }
 
+/*
+ * The name create found taken (the kernel's lookup said it was free; another
+ * node or process made it since): without O_EXCL, open what is there, as
+ * open(2) on one machine would.  A regular file is opened with open's
+ * checks and takes a lookup and an open reference; *existed says so (the
+ * caller applies O_TRUNC).  Anything else: EISDIR for a directory, EEXIST
+ * otherwise (FUSE cannot follow a symlink or open a device from here).
+ */
+static int create_open_existing(struct shoal_fs *fs, uint64_t parent, const char *name,
+				int flags, struct stat *st)
+{
+	struct shoal_inode *dp, *ip;
+	uint64_t ino;
+	int err, acc = flags & O_ACCMODE;
+
+	err = get_dir(fs, parent, &dp);
+	if (err)
+		return err;
+	err = dir_lookup(fs, dp, name, &ino, NULL);
+	inode_put(fs, dp);
+	if (err)
+		return err == -ENOENT ? -ERESTART : err; /* gone again: start over */
+	err = hold(fs, ino, GL_SH);
+	if (!err)
+		err = hold_open(fs, ino);
+	if (!err)
+		err = inode_get(fs, ino, &ip);
+	if (err)
+		return err;
+	if (S_ISDIR(ip_di(ip)->di_mode))
+		err = -EISDIR;
+	else if (!S_ISREG(ip_di(ip)->di_mode))
+		err = -EEXIST;
+	if (!err)
+		err = perm_check(ip, (acc == O_RDONLY ? 4 : acc == O_WRONLY ? 2 : 6) |
+					     (flags & O_TRUNC ? 2 : 0));
+	if (!err && (acc != O_RDONLY || (flags & O_TRUNC))) {
+		if (ip_di(ip)->di_flags & SHOAL_DIF_IMMUTABLE)
+			err = -EPERM;
+		else if ((ip_di(ip)->di_flags & SHOAL_DIF_APPEND) &&
+			 (!(flags & O_APPEND) || (flags & O_TRUNC)))
+			err = -EPERM;
+	}
+	if (!err) {
+		ip->i_open++;
+		inode_lookups(ip, ip->i_nlookup + 1);
+		inode_stat(fs, ip, st);
+	}
+	inode_put(fs, ip);
+	return err;
+}
+
 static int do_create(struct shoal_fs *fs, const struct shoal_ctx *ctx, uint64_t parent,
-		 const char *name, mode_t mode, int flags, struct stat *st)
+		 const char *name, mode_t mode, int flags, struct stat *st, int *existed)
 {
 	struct shoal_inode *ip;
 	int err;
+	*existed = 0;
 	LOCK(fs);
 	err = make_node(fs, ctx, parent, name, S_IFREG | (mode & 07777), 0, NULL, &ip);
 	if (!err) {
 		ip->i_open++;
 		err = finish_node(fs, ip, st);
+	} else if (err == -EEXIST && !(flags & O_EXCL) && !is_dot(name)) {
+		err = create_open_existing(fs, parent, name, flags, st);
+		*existed = !err;
 	}
 	UNLOCK(fs);
 	return err;
@@ -1946,7 +2002,19 @@ int shoal_symlink(struct shoal_fs *fs, const struct shoal_ctx *ctx, uint64_t par
 int shoal_create(struct shoal_fs *fs, const struct shoal_ctx *ctx, uint64_t parent,
 		 const char *name, mode_t mode, int flags, struct stat *st)
 {
-	return RUN(fs, do_create(fs, ctx, parent, name, mode, flags, st));
+	int existed, err = RUN(fs, do_create(fs, ctx, parent, name, mode, flags, st, &existed));
+
+	if (err || !existed || !(flags & O_TRUNC) || st->st_size == 0)
+		return err;
+	/* opened what another node made meanwhile: the kernel believes it
+	 * created the file, so O_TRUNC is ours to apply */
+	struct stat a = { .st_size = 0 };
+	err = RUN(fs, do_setattr(fs, ctx, (uint64_t)st->st_ino, &a, SHOAL_SET_SIZE, st));
+	if (err) {
+		shoal_release(fs, (uint64_t)st->st_ino, flags);
+		shoal_forget(fs, (uint64_t)st->st_ino, 1);
+	}
+	return err;
 }
 
 int shoal_link(struct shoal_fs *fs, uint64_t ino, uint64_t newparent, const char *newname,

@@ -229,7 +229,7 @@ static void test_create_lookup_getattr(void **state)
 
 	/* error cases */
 	assert_int_equal(shoal_lookup(e.e_fs, e.e_root, "missing", &st2), -ENOENT);
-	assert_int_equal(shoal_create(e.e_fs, &root_ctx, e.e_root, "f", 0644, O_RDWR, &st2),
+	assert_int_equal(shoal_create(e.e_fs, &root_ctx, e.e_root, "f", 0644, O_RDWR | O_EXCL, &st2),
 			 -EEXIST);
 	assert_int_equal(shoal_create(e.e_fs, &root_ctx, st.st_ino, "x", 0644, O_RDWR, &st2),
 			 -ENOTDIR);
@@ -292,6 +292,56 @@ static void test_create_lookup_getattr(void **state)
 	assert_int_equal(shoal_generation(e.e_fs, st.st_ino), g1);
 	assert_int_equal(getattr_(&e, lookup_ino(&e, e.e_root, "chr")).st_rdev, makedev(4, 67));
 	check_tree(&e, 1);
+	env_fini(&e);
+}
+
+/*
+ * create of a name that appeared after the kernel's lookup (another node made
+ * it): without O_EXCL it opens the file there, with open's checks, and
+ * applies O_TRUNC (issue 20, defect 4); with O_EXCL it is EEXIST.
+ */
+static void test_create_existing(void **state)
+{
+	struct env e;
+	struct stat st, st2, d;
+	char buf[64];
+
+	env_init(&e, 64 * MiB, 2 * MiB);
+	assert_int_equal(shoal_create(e.e_fs, &user_ctx, e.e_root, "f", 0640, O_RDWR, &st), 0);
+	assert_int_equal(shoal_write(e.e_fs, &user_ctx, st.st_ino, "hello world", 11, 0, O_RDWR), 11);
+	assert_int_equal(shoal_release(e.e_fs, st.st_ino, O_RDWR), 0);
+
+	/* no O_TRUNC: the same file, contents kept, one more lookup and open */
+	assert_int_equal(shoal_create(e.e_fs, &user_ctx, e.e_root, "f", 0600, O_RDWR, &st2), 0);
+	assert_int_equal(st2.st_ino, st.st_ino);
+	assert_int_equal(st2.st_size, 11);
+	assert_int_equal(st2.st_mode & 07777, 0640); /* not the create's mode */
+	assert_int_equal(shoal_read(e.e_fs, st.st_ino, buf, sizeof(buf), 0, O_RDWR), 11);
+	assert_int_equal(shoal_release(e.e_fs, st.st_ino, O_RDWR), 0);
+
+	/* O_TRUNC: emptied, as open(O_CREAT|O_TRUNC) on ext4 */
+	assert_int_equal(shoal_create(e.e_fs, &user_ctx, e.e_root, "f", 0600,
+				      O_WRONLY | O_TRUNC, &st2),
+			 0);
+	assert_int_equal(st2.st_ino, st.st_ino);
+	assert_int_equal(st2.st_size, 0);
+	assert_int_equal(getattr_(&e, st.st_ino).st_size, 0);
+	assert_int_equal(shoal_release(e.e_fs, st.st_ino, O_WRONLY), 0);
+
+	/* O_EXCL still refuses; open's permission checks apply */
+	assert_int_equal(shoal_create(e.e_fs, &user_ctx, e.e_root, "f", 0600, O_RDWR | O_EXCL, &st2),
+			 -EEXIST);
+	const struct shoal_ctx other = { .c_uid = 2000, .c_gid = 2000, .c_pid = 3 };
+	shoal_caller_set(&other); /* as shoal-mount does for each request */
+	assert_int_equal(shoal_create(e.e_fs, &other, e.e_root, "f", 0600, O_RDONLY, &st2), -EACCES);
+	shoal_caller_set(NULL);
+	/* a directory: EISDIR, as open(O_CREAT) of a directory */
+	assert_int_equal(shoal_mkdir(e.e_fs, &root_ctx, e.e_root, "d", 0755, &d), 0);
+	assert_int_equal(shoal_create(e.e_fs, &root_ctx, e.e_root, "d", 0644, O_RDWR, &st2),
+			 -EISDIR);
+	/* the references taken match what forget gives back */
+	shoal_forget(e.e_fs, st.st_ino, 3);
+	shoal_forget(e.e_fs, d.st_ino, 1);
 	env_fini(&e);
 }
 
@@ -1686,6 +1736,7 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_create_lookup_getattr),
+		cmocka_unit_test(test_create_existing),
 		cmocka_unit_test(test_setattr),
 		cmocka_unit_test(test_read_write_inline_blocks),
 		cmocka_unit_test(test_truncate),
