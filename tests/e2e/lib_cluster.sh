@@ -164,6 +164,39 @@ c_umount_all() {
 	return $rc
 }
 
+# c_umount_parallel NODE...: `shoal umount` of every NODE at once (a
+# cluster's shutdown), then each daemon's exit status; 0 if all were 0.
+c_umount_parallel() {
+	local node mnt rc=0 st pids=() nodes=() i
+	for node in "$@"; do
+		[ -n "${c_mounted[$node]:-}" ] || continue
+		mnt=$(c_mnt "$node")
+		timeout "$C_UMOUNT_TIMEOUT" "$T_SHOAL" umount "$mnt" 2>"$t_dir/umount-$node.err" &
+		pids+=($!)
+		nodes+=("$node")
+	done
+	for i in "${!pids[@]}"; do
+		node=${nodes[$i]}
+		mnt=$(c_mnt "$node")
+		st=0
+		wait "${pids[$i]}" || st=$?
+		if [ $st -ne 0 ]; then
+			echo "# shoal umount $mnt: status $st: $(head -1 "$t_dir/umount-$node.err")"
+			mountpoint -q "$mnt" && timeout "$C_UMOUNT_TIMEOUT" umount "$mnt" 2>/dev/null
+			rc=1
+		fi
+		if [ -n "${t_pids[$mnt]:-}" ]; then
+			st=0
+			c_wait_pid "${t_pids[$mnt]}" "$C_UMOUNT_TIMEOUT" || st=$?
+			[ $st -eq 0 ] || { echo "# node $node: daemon exit status $st"; rc=1; }
+		fi
+		t_pids[$mnt]=
+		t_fg[$mnt]=
+		c_mounted[$node]=
+	done
+	return $rc
+}
+
 c_stop_lockd() {
 	[ -n "$c_lockd_pid" ] || return 0
 	kill "$c_lockd_pid" 2>/dev/null
