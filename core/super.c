@@ -30,14 +30,49 @@
 #include "lock.h"
 #include "meta.h"
 
-int fs_corrupt(struct shoal_fs *fs, uint64_t blkno, const char *what)
+int fs_corrupt_ino(struct shoal_fs *fs, uint64_t blkno, uint64_t ino, const char *what)
 {
+	int seen = 0;
+
+	pthread_mutex_lock(&fs->fs_dmg_lock);
 	fs->fs_ctr.sc_corrupt++;
-	/* one line per event, naming the block; bounded to keep logs sane */
-	if (fs->fs_ctr.sc_corrupt <= 1000)
-		fprintf(stderr, "shoal: corrupt metadata at block %llu: %s\n",
-			(unsigned long long)blkno, what);
+	if (!fs->fs_dmg_needs_fsck) {
+		fs->fs_dmg_needs_fsck = 1;
+		fs->fs_dmg_blk = blkno;
+		fs->fs_dmg_ino = ino;
+	}
+	for (uint32_t i = 0; i < fs->fs_dmg_nlogged && !seen; i++)
+		seen = fs->fs_dmg_logged[i] == blkno;
+	if (!seen && fs->fs_dmg_nlogged < sizeof(fs->fs_dmg_logged) / sizeof(fs->fs_dmg_logged[0]))
+		fs->fs_dmg_logged[fs->fs_dmg_nlogged++] = blkno;
+	/* one line per block (every use of it fails the same way); past 64
+	 * blocks one per event, bounded to keep logs sane */
+	if (!seen && fs->fs_ctr.sc_corrupt <= 1000) {
+		if (ino)
+			fprintf(stderr, "shoal: corrupt metadata at block %llu (inode %llu): %s; "
+					"using it fails with EIO: run fsck.shoal\n",
+				(unsigned long long)blkno, (unsigned long long)ino, what);
+		else
+			fprintf(stderr, "shoal: corrupt metadata at block %llu: %s; "
+					"using it fails with EIO: run fsck.shoal\n",
+				(unsigned long long)blkno, what);
+	}
+	pthread_mutex_unlock(&fs->fs_dmg_lock);
 	return -EUCLEAN;
+}
+
+int shoal_damage(struct shoal_fs *fs, uint64_t *blkno, uint64_t *ino)
+{
+	int needs;
+
+	pthread_mutex_lock(&fs->fs_dmg_lock);
+	needs = fs->fs_dmg_needs_fsck;
+	if (blkno)
+		*blkno = fs->fs_dmg_blk;
+	if (ino)
+		*ino = fs->fs_dmg_ino;
+	pthread_mutex_unlock(&fs->fs_dmg_lock);
+	return needs;
 }
 
 void fs_error(struct shoal_fs *fs, const char *fmt, ...)
@@ -302,6 +337,7 @@ int shoal_mount(struct shoal_dev *dev, const struct shoal_mount_opts *opts,
 	pthread_mutexattr_settype(&ma, PTHREAD_MUTEX_RECURSIVE);
 	pthread_mutex_init(&fs->fs_lock, &ma);
 	pthread_mutexattr_destroy(&ma);
+	pthread_mutex_init(&fs->fs_dmg_lock, NULL);
 	pthread_cond_init(&fs->fs_commit_cond, NULL);
 	pthread_cond_init(&fs->fs_orphan_cond, NULL);
 
@@ -571,6 +607,7 @@ int shoal_unmount(struct shoal_fs *fs)
 	bc_destroy(fs);
 	dev_close(fs->fs_dev);
 	pthread_mutex_destroy(&fs->fs_lock);
+	pthread_mutex_destroy(&fs->fs_dmg_lock);
 	pthread_cond_destroy(&fs->fs_commit_cond);
 	pthread_cond_destroy(&fs->fs_orphan_cond);
 	free(fs->fs_orphans);
