@@ -31,6 +31,27 @@ def put(n, off, b):
 def u16(b, o): return struct.unpack_from('<H', b, o)[0]
 def u32(b, o): return struct.unpack_from('<I', b, o)[0]
 def u64(b, o): return struct.unpack_from('<Q', b, o)[0]
+_t = []
+for i in range(256):
+    c = i
+    for _ in range(8): c = (c >> 1) ^ 0x82F63B78 if c & 1 else c >> 1
+    _t.append(c)
+def crc32c(b):
+    c = 0xFFFFFFFF
+    for x in b: c = _t[(c ^ x) & 0xFF] ^ (c >> 8)
+    return c ^ 0xFFFFFFFF
+def seal(n, b):  # write block n as b with a valid mh_crc (FORMAT.md 1.1)
+    b = bytearray(b); b[8:12] = bytes(4)
+    struct.pack_into('<I', b, 8, crc32c(bytes(b))); put(n, 0, bytes(b))
+def leaf_of(ino):  # the leaf of hash-table entry 0 of hashed directory ino
+    di = blk(ino)
+    assert u32(di, 160) & 0x10000, 'directory is not hashed'
+    p = u64(di, 256)
+    for _ in range(u16(di, 164) - 1): p = u64(blk(p), 32)
+    assert u16(blk(p), 4) == 6, 'not a hash-table block'
+    leaf = u64(blk(p), 32)
+    assert u16(blk(leaf), 4) == 5, 'not a leaf'
+    return leaf
 $code" "$img" "$@"
 }
 
@@ -90,5 +111,80 @@ fsck_y_clean() {
 	[ "$rc" -eq 0 ] || sed 's/^/#   /' "$t_dir/fsck.out" | head -20
 }
 fsck_y_clean "damaged indirect block"
+
+# --- 2. a directory leaf chain that loops: EIO, no crash, no hang ---------
+t_mkfs "$img" 128M -J 4M
+t_mount "$img" "$m"
+mkdir "$m/hdir" "$m/other"
+"$T_PY" -c '
+import os, sys
+for i in range(600):
+    open(os.path.join(sys.argv[1], "entry-%04d" % i), "w").close()' "$m/hdir"
+echo fine >"$m/other/ok"
+hdir=$(stat -c %i "$m/hdir")
+check "t_umount" t_umount "$m"
+# the leaf's lf_next (byte 40) names the leaf itself, with a valid CRC: only
+# the rule that a chain ends catches it
+leaf=$(py_img 'l = leaf_of(int(a[0])); b = bytearray(blk(l)); struct.pack_into("<Q", b, 40, l)
+seal(l, b); print(l)' "$hdir")
+check "mount with a leaf chained to itself (leaf $leaf)" t_mount_fg "$img" "$m" "$log"
+pid=$T_FG_PID
+check_eq "listing the directory: EIO" EIO "$(timeout 60 "$T_PY" -c '
+import os, sys, errno
+try:
+    print("listed", len(os.listdir(sys.argv[1])))
+except OSError as e:
+    print(errno.errorcode[e.errno])' "$m/hdir")"
+check "the daemon survives the listing" t_pid_alive "$pid"
+check_eq "a name that is not there (walks the chain): EIO" EIO \
+	"$(timeout 60 "$T_PY" -c '
+import os, sys, errno
+names = ["nothere-%d" % i for i in range(64)]
+r = "ENOENT"
+for n in names:
+    try:
+        os.stat(os.path.join(sys.argv[1], n))
+    except OSError as e:
+        if e.errno != errno.ENOENT:
+            r = errno.errorcode[e.errno]
+            break
+print(r)' "$m/hdir")"
+check_eq "creating names in it fails with EIO for the looping range, nothing else" "EIO" \
+	"$(timeout 60 "$T_PY" -c '
+import os, sys, errno
+r = set()
+for i in range(64):
+    try:
+        open(os.path.join(sys.argv[1], "new-%d" % i), "w").close()
+    except OSError as e:
+        r.add(errno.errorcode[e.errno])
+print(" ".join(sorted(r)))' "$m/hdir")"
+check_eq "removing the directory: fails (EIO or ENOTEMPTY), no hang" yes \
+	"$(timeout 60 rm -rf "$m/hdir" 2>/dev/null; test -d "$m/hdir" && echo yes)"
+check "the daemon still runs" t_pid_alive "$pid"
+check_eq "the other directory reads" fine "$(cat "$m/other/ok")"
+check "the log names the leaf $leaf and directory $hdir" grep -q "block $leaf (inode $hdir)" "$log"
+check "unmount" t_umount "$m"
+fsck_y_clean "leaf chained to itself"
+
+# --- 3. an xattr block whose count is wrong: EIO, not a lost attribute ----
+t_mkfs "$img" 128M -J 4M
+t_mount "$img" "$m"
+echo data >"$m/x"
+t_try 'os.setxattr(a[0], "user.one", b"1"); os.setxattr(a[0], "user.two", b"2")' "$m/x" >/dev/null
+xi=$(stat -c %i "$m/x")
+check "t_umount" t_umount "$m"
+# xh_count (byte 32) says 1 of the 2 entries: removing "one" would free the
+# block and lose "two"
+xb=$(py_img 'x = u64(blk(int(a[0])), 136); b = bytearray(blk(x)); assert u32(b, 32) == 2
+struct.pack_into("<I", b, 32, 1); seal(x, b); print(x)' "$xi")
+check "mount with a wrong xattr count" t_mount_fg "$img" "$m" "$log"
+check_eq "getxattr: EIO" EIO "$(t_try 'os.getxattr(a[0], "user.two")' "$m/x")"
+check_eq "removexattr: EIO" EIO "$(t_try 'os.removexattr(a[0], "user.one")' "$m/x")"
+check_eq "listxattr: EIO" EIO "$(t_try 'os.listxattr(a[0])' "$m/x")"
+check_eq "the data still reads" data "$(cat "$m/x")"
+check "the log names the xattr block $xb and inode $xi" grep -q "block $xb (inode $xi)" "$log"
+check "unmount" t_umount "$m"
+fsck_y_clean "wrong xattr count"
 
 t_done
