@@ -187,4 +187,32 @@ check "the log names the xattr block $xb and inode $xi" grep -q "block $xb (inod
 check "unmount" t_umount "$m"
 fsck_y_clean "wrong xattr count"
 
+# --- 4. a file size of 2^63 or more: damage to fsck and to the mount -------
+t_mkfs "$img" 128M -J 4M
+t_mount "$img" "$m"
+head -c 10000 /dev/urandom >"$m/f"
+echo small >"$m/s"
+head -c 10000 "$m/f" >"$t_dir/f.want"
+fi=$(stat -c %i "$m/f")
+si=$(stat -c %i "$m/s")
+check "t_umount" t_umount "$m"
+py_img 'for i in a: b = bytearray(blk(int(i))); struct.pack_into("<Q", b, 48, 1 << 63); seal(int(i), b)' \
+	"$fi" "$si"
+check "mount with two inodes of di_size 2^63" t_mount_fg "$img" "$m" "$log"
+check_eq "stat of the file: EIO" EIO "$(t_try 'os.stat(a[0])' "$m/f")"
+check_eq "reading the other: EIO" EIO "$(t_try 'open(a[0], "rb").read()' "$m/s")"
+check "the log names inode $fi" grep -q "block $fi: inode size is 2^63 or more" "$log"
+check_eq "shoal stat: needs_fsck 1" 1 "$("$T_SHOAL" stat "$m" | awk '$1 == "needs_fsck" { print $2 }')"
+check "unmount" t_umount "$m"
+rc=0
+"$T_FSCK" -n "$img" >"$t_dir/fsck.out" 2>&1 || rc=$?
+check_eq "fsck -n finds the sizes" 4 "$rc"
+fsck_y_clean "di_size 2^63"
+t_mount "$img" "$m"
+check_eq "after fsck the file keeps its data (size: its last block's end)" \
+	"$(sha256sum <"$t_dir/f.want")" "$(head -c 10000 "$m/f" | sha256sum)"
+check_eq "... and a size below 2^63" 12288 "$(stat -c %s "$m/f")"
+check_eq "the inline file reads its bytes" small "$(head -c 6 "$m/s" | tr -d '\n')"
+check "unmount" t_umount "$m"
+
 t_done
