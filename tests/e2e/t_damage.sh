@@ -215,4 +215,27 @@ check_eq "... and a size below 2^63" 12288 "$(stat -c %s "$m/f")"
 check_eq "the inline file reads its bytes" small "$(head -c 6 "$m/s" | tr -d '\n')"
 check "unmount" t_umount "$m"
 
+# --- 5. EUCLEAN never reaches an application ------------------------------
+# A file's data block marked FREE in its group's bitmap: freeing it (the
+# truncate) finds it already free, damage that libshoal reports as EUCLEAN.
+t_mkfs "$img" 128M -J 4M
+t_mount "$img" "$m"
+head -c 20000 /dev/urandom >"$m/t"
+ti=$(stat -c %i "$m/t")
+check "t_umount" t_umount "$m"
+db=$(py_img '
+sb = blk(0); rgfirst, rgblocks = u64(sb, 216), u32(sb, 228)
+d = u64(blk(int(a[0])), 256)                 # its first data block (height 1)
+h = rgfirst + (d - rgfirst) // rgblocks * rgblocks
+rg = bytearray(blk(h)); k = d - u64(rg, 40)
+assert (rg[96 + k // 4] >> (2 * (k % 4))) & 3 == 1, "not DATA"
+rg[96 + k // 4] &= ~(3 << (2 * (k % 4))) & 0xff
+struct.pack_into("<I", rg, 52, u32(rg, 52) + 1); seal(h, rg); print(d)' "$ti")
+check "mount with data block $db of inode $ti marked free" t_mount_fg "$img" "$m" "$log"
+check_eq "truncating the file: EIO, not EUCLEAN" EIO "$(t_try 'os.truncate(a[0], 0)' "$m/t")"
+check "the log names block $db and says it answered EIO" \
+	grep -q "damaged metadata (block $db, inode .*answering EIO" "$log"
+check "unmount" t_umount "$m"
+fsck_y_clean "data block marked free"
+
 t_done
