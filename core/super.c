@@ -97,25 +97,6 @@ void fs_error(struct shoal_fs *fs, const char *fmt, ...)
 	}
 }
 
-static int sb_geometry_ok(const struct shoal_sb *sb, uint64_t devsize)
-{
-	uint64_t bs = sb->sb_bsize;
-	if (sb->sb_format != SHOAL_FORMAT || bs < SHOAL_MIN_BSIZE || bs > SHOAL_MAX_BSIZE ||
-	    (bs & (bs - 1)) || (1ull << sb->sb_bsize_shift) != bs)
-		return 0;
-	if (sb->sb_blocks < 8 || sb->sb_blocks > devsize / bs)
-		return 0;
-	if (sb->sb_jfirst != 1 || sb->sb_jcount == 0 || sb->sb_jblocks < 8 ||
-	    sb->sb_jfirst + (uint64_t)sb->sb_jcount * sb->sb_jblocks > sb->sb_rgfirst)
-		return 0;
-	if (sb->sb_rgcount == 0 || sb->sb_rgblocks < 2 ||
-	    sb->sb_rgfirst + (uint64_t)(sb->sb_rgcount - 1) * sb->sb_rgblocks + 1 >= sb->sb_blocks)
-		return 0;
-	if (sb->sb_root <= sb->sb_rgfirst || sb->sb_root >= sb->sb_blocks - 1)
-		return 0;
-	return 1;
-}
-
 /* Read the superblock at blkno with block size bs; 0 if valid. */
 static int sb_try(struct shoal_dev *dev, uint64_t blkno, uint32_t bs, struct shoal_sb *out)
 {
@@ -128,7 +109,7 @@ static int sb_try(struct shoal_dev *dev, uint64_t blkno, uint32_t bs, struct sho
 		err = -EUCLEAN;
 	if (!err) {
 		memcpy(out, blk, sizeof(*out));
-		if (out->sb_bsize != bs || !sb_geometry_ok(out, dev->d_size))
+		if (out->sb_bsize != bs || meta_sb_insane(out, dev->d_size))
 			err = -EUCLEAN;
 	}
 	free(blk);

@@ -238,4 +238,44 @@ check "the log names block $db and says it answered EIO" \
 check "unmount" t_umount "$m"
 fsck_y_clean "data block marked free"
 
+# --- 6. fsck chooses the superblock as the mount does ----------------------
+t_mkfs "$img" 128M -J 4M
+t_mount "$img" "$m"
+echo kept >"$m/f"
+check "t_umount" t_umount "$m"
+cp "$img" "$t_dir/good"
+nblocks=$(py_img 'print(u64(blk(0), 48))')
+root=$(py_img 'print(u64(blk(0), 192))')
+# sbcase WHAT OFF VALUE: primary field at OFF (u64) set to VALUE, CRC valid:
+# a primary the mount refuses and opens the backup instead
+sbcase() {
+	cp "$t_dir/good" "$img"
+	py_img 'b = bytearray(blk(0)); struct.pack_into("<Q", b, int(a[0]), int(a[1])); seal(0, b)' "$2" "$3"
+	local rc=0
+	check "$1: the mount opens it (through the backup)" t_mount_fg "$img" "$m" "$log"
+	check_eq "$1: and reads the file" kept "$(cat "$m/f" 2>&1)"
+	t_umount "$m" || true
+	"$T_FSCK" -n "$img" >"$t_dir/fsck.out" 2>&1 || rc=$?
+	check_eq "$1: fsck -n reports the primary (not exit 8)" 4 "$rc"
+	[ "$rc" -eq 4 ] || sed 's/^/#   /' "$t_dir/fsck.out" | head -5
+	fsck_y_clean "$1"
+	check_eq "$1: the primary is repaired from the backup" "$nblocks $root" \
+		"$(py_img 'print(u64(blk(0), 48), u64(blk(0), 192))')"
+	check_eq "$1: the backup is unchanged" "$(dd if="$t_dir/good" bs=4096 skip=$((nblocks - 1)) count=1 status=none | sha256sum)" \
+		"$(dd if="$img" bs=4096 skip=$((nblocks - 1)) count=1 status=none | sha256sum)"
+	check "$1: it mounts after fsck" t_mount "$img" "$m"
+	check_eq "$1: the file is there" kept "$(cat "$m/f" 2>&1)"
+	t_umount "$m" || true
+}
+sbcase "primary sb_blocks past the device" 48 $((1 << 40))
+sbcase "primary sb_root outside the groups" 192 5
+# both copies bad: nothing is written, exit 8
+cp "$t_dir/good" "$img"
+py_img 'for n in (0, int(a[0])): put(n, 300, b"garbage")' $((nblocks - 1))
+before=$(sha256sum <"$img")
+rc=0
+"$T_FSCK" -y "$img" >"$t_dir/fsck.out" 2>&1 || rc=$?
+check_eq "both superblocks bad: fsck -y exits 8" 8 "$rc"
+check_eq "... and writes nothing" "$before" "$(sha256sum <"$img")"
+
 t_done
