@@ -59,13 +59,19 @@ static int ptr_ok(struct shoal_fs *fs, uint64_t p)
 	return p >= fs->fs_sb.sb_rgfirst && p < fs->fs_sb.sb_blocks - 1;
 }
 
+/* A bad pointer in block owner (ip's dinode or one of its indirect blocks). */
+static int bad_ptr(struct shoal_fs *fs, struct shoal_inode *ip, uint64_t owner, const char *what)
+{
+	return fs_corrupt_ino(fs, owner, ip->i_ino, what) ? -EIO : -EIO;
+}
+
 /* Read the indirect block p found in a pointer of block owner. */
 static int ind_read(struct shoal_fs *fs, struct shoal_inode *ip, uint64_t owner, uint64_t p,
 		    struct shoal_buf **b)
 {
 	if (!ptr_ok(fs, p))
-		return fs_corrupt(fs, owner, "block pointer out of range") == -EUCLEAN ? -EIO : -EIO;
-	return buf_read_gen(fs, inode_gen(fs, ip), p, SHOAL_MT_INDIRECT, b);
+		return bad_ptr(fs, ip, owner, "block pointer out of range");
+	return buf_read_ip(fs, ip, p, SHOAL_MT_INDIRECT, b);
 }
 
 int bmap_get(struct shoal_fs *fs, struct shoal_inode *ip, uint64_t lblk, uint64_t *pblk,
@@ -94,8 +100,7 @@ int bmap_get(struct shoal_fs *fs, struct shoal_inode *ip, uint64_t lblk, uint64_
 		p = ptrs[idx];
 		if (lvl == 1) {
 			if (p && !ptr_ok(fs, p)) {
-				err = fs_corrupt(fs, owner, "data pointer out of range");
-				err = -EIO;
+				err = bad_ptr(fs, ip, owner, "data pointer out of range");
 				break;
 			}
 			*pblk = p;
@@ -255,8 +260,7 @@ int bmap_alloc(struct shoal_fs *fs, struct shoal_inode *ip, uint64_t lblk, uint3
 			if (ptrs[idx]) {
 				uint32_t r = 1;
 				if (!ptr_ok(fs, ptrs[idx])) {
-					err = -EIO;
-					fs_corrupt(fs, owner_b->b_blkno, "data pointer out of range");
+					err = bad_ptr(fs, ip, owner_b->b_blkno, "data pointer out of range");
 					break;
 				}
 				while (idx + r < n && r < want && ptrs[idx + r] == ptrs[idx] + r)
@@ -333,7 +337,7 @@ static int trunc_node(struct shoal_fs *fs, struct shoal_inode *ip, struct shoal_
 		if (ptrs[i] == 0 || hi <= from || lo >= to)
 			continue;
 		if (!ptr_ok(fs, ptrs[i]))
-			return fs_corrupt(fs, nb->b_blkno, "block pointer out of range") ? -EIO : -EIO;
+			return bad_ptr(fs, ip, nb->b_blkno, "block pointer out of range");
 		if (lvl == 1) {
 			uint32_t r = 1;
 			while (i + r < n && ptrs[i + r] == ptrs[i] + r && base + (i + r) * sp < to)

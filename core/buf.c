@@ -142,18 +142,20 @@ static void buf_hold(struct shoal_bcache *bc, struct shoal_buf *b)
 		lru_del(bc, b);
 }
 
-int buf_read(struct shoal_fs *fs, uint64_t blkno, uint16_t type, struct shoal_buf **out)
+/* buf_read; ino names the inode that reached the block in a damage report */
+static int read_ino(struct shoal_fs *fs, uint64_t blkno, uint16_t type, uint64_t ino,
+		    struct shoal_buf **out)
 {
 	struct shoal_bcache *bc = &fs->fs_bc;
 	struct shoal_buf *b;
 	int err;
 
 	if (blkno == 0 || blkno >= fs->fs_sb.sb_blocks)
-		return fs_corrupt(fs, blkno, "block address out of range");
+		return fs_corrupt_ino(fs, blkno, ino, "block address out of range") ? -EIO : -EIO;
 	b = bc_find(bc, blkno);
 	if (b) {
 		if (type && ((struct shoal_mh *)b->b_data)->mh_type != type)
-			return fs_corrupt(fs, blkno, "block has the wrong type");
+			return fs_corrupt_ino(fs, blkno, ino, "block has the wrong type") ? -EIO : -EIO;
 		buf_hold(bc, b);
 		fs->fs_ctr.sc_buf_hits++;
 		*out = b;
@@ -165,7 +167,7 @@ int buf_read(struct shoal_fs *fs, uint64_t blkno, uint16_t type, struct shoal_bu
 		return -ENOMEM;
 	err = dev_read(fs->fs_dev, b->b_data, fs->fs_bsize, blkno << fs->fs_bshift);
 	if (!err && type && meta_check(b->b_data, fs->fs_bsize, type, blkno))
-		err = fs_corrupt(fs, blkno, "bad checksum or header");
+		err = fs_corrupt_ino(fs, blkno, ino, "bad checksum or header");
 	if (err) {
 		buf_free(fs, b);
 		return err == -EUCLEAN ? -EIO : err;
@@ -175,21 +177,26 @@ int buf_read(struct shoal_fs *fs, uint64_t blkno, uint16_t type, struct shoal_bu
 	return 0;
 }
 
-int buf_read_gen(struct shoal_fs *fs, uint64_t gen, uint64_t blkno, uint16_t type,
-		 struct shoal_buf **out)
+int buf_read(struct shoal_fs *fs, uint64_t blkno, uint16_t type, struct shoal_buf **out)
+{
+	return read_ino(fs, blkno, type, 0, out);
+}
+
+static int read_gen_ino(struct shoal_fs *fs, uint64_t gen, uint64_t blkno, uint16_t type,
+			uint64_t ino, struct shoal_buf **out)
 {
 	struct shoal_buf *b;
 	int err;
 
 	if (!fs->fs_cluster)
-		return buf_read(fs, blkno, type, out);
+		return read_ino(fs, blkno, type, ino, out);
 	b = bc_find(&fs->fs_bc, blkno);
 	if (b && b->b_gen != gen && !(b->b_flags & (BUF_DIRTY | BUF_PINNED))) {
 		/* read under an older grant: another node may have changed it */
 		fs->fs_ctr.sc_buf_misses++;
 		err = dev_read(fs->fs_dev, b->b_data, fs->fs_bsize, blkno << fs->fs_bshift);
 		if (!err && type && meta_check(b->b_data, fs->fs_bsize, type, blkno))
-			err = fs_corrupt(fs, blkno, "bad checksum or header");
+			err = fs_corrupt_ino(fs, blkno, ino, "bad checksum or header");
 		if (err) {
 			/* leave no half-read copy behind */
 			memset(b->b_data, 0, fs->fs_bsize);
@@ -197,10 +204,22 @@ int buf_read_gen(struct shoal_fs *fs, uint64_t gen, uint64_t blkno, uint16_t typ
 			return err == -EUCLEAN ? -EIO : err;
 		}
 	}
-	err = buf_read(fs, blkno, type, out);
+	err = read_ino(fs, blkno, type, ino, out);
 	if (!err)
 		(*out)->b_gen = gen;
 	return err;
+}
+
+int buf_read_gen(struct shoal_fs *fs, uint64_t gen, uint64_t blkno, uint16_t type,
+		 struct shoal_buf **out)
+{
+	return read_gen_ino(fs, gen, blkno, type, 0, out);
+}
+
+int buf_read_ip(struct shoal_fs *fs, struct shoal_inode *ip, uint64_t blkno, uint16_t type,
+		struct shoal_buf **out)
+{
+	return read_gen_ino(fs, inode_gen(fs, ip), blkno, type, ip->i_ino, out);
 }
 
 int buf_new(struct shoal_fs *fs, uint64_t blkno, struct shoal_buf **out)

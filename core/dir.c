@@ -178,13 +178,50 @@ static int ht_set_range(struct shoal_fs *fs, struct shoal_inode *dp, uint64_t fi
 static int leaf_read(struct shoal_fs *fs, struct shoal_inode *dp, uint64_t blk,
 		     struct shoal_buf **b)
 {
-	int err = buf_read_gen(fs, inode_gen(fs, dp), blk, SHOAL_MT_LEAF, b);
+	int err = buf_read_ip(fs, dp, blk, SHOAL_MT_LEAF, b);
 	if (err)
 		return err;
 	struct shoal_leaf *lf = (void *)(*b)->b_data;
-	if (lf->lf_used > fs->fs_bsize - SHOAL_LEAF_ENTRIES_OFF || lf->lf_depth > SHOAL_MAX_DEPTH) {
+	if (lf->lf_used > fs->fs_bsize - SHOAL_LEAF_ENTRIES_OFF ||
+	    lf->lf_depth > ip_di(dp)->di_depth || lf->lf_next == blk) {
 		buf_put(fs, *b);
-		return fs_corrupt(fs, blk, "directory leaf header") ? -EIO : -EIO;
+		return fs_corrupt_ino(fs, blk, dp->i_ino, "directory leaf header") ? -EIO : -EIO;
+	}
+	return 0;
+}
+
+/*
+ * One step along a leaf chain, from leaf lb (the steps-th leaf of the
+ * chain) to its lf_next in *next (0: the chain ends).  A chain is at most
+ * as long as the directory has blocks; a longer one loops (on-disk input:
+ * a leaf pointing back into its own chain) and is damage, as is a chained
+ * leaf whose depth is not the chain's.
+ */
+static int chain_next(struct shoal_fs *fs, struct shoal_inode *dp, struct shoal_buf *lb,
+		      uint64_t *steps, uint64_t *next)
+{
+	struct shoal_leaf *lf = (void *)lb->b_data;
+
+	*next = lf->lf_next;
+	if (!*next)
+		return 0;
+	if (++*steps >= ip_di(dp)->di_blocks)
+		return fs_corrupt_ino(fs, lb->b_blkno, dp->i_ino,
+				      "directory leaf chain does not end") ? -EIO : -EIO;
+	return 0;
+}
+
+/* Read the next leaf of a chain: its depth must be that of the chain. */
+static int chain_read(struct shoal_fs *fs, struct shoal_inode *dp, uint64_t blk, uint32_t depth,
+		      struct shoal_buf **b)
+{
+	int err = leaf_read(fs, dp, blk, b);
+	if (err)
+		return err;
+	if (((struct shoal_leaf *)(*b)->b_data)->lf_depth != depth) {
+		buf_put(fs, *b);
+		return fs_corrupt_ino(fs, blk, dp->i_ino, "chained leaf of another depth") ? -EIO
+											 : -EIO;
 	}
 	return 0;
 }
@@ -393,16 +430,21 @@ static int prepare_name(struct shoal_fs *fs, struct shoal_inode *dp, uint64_t ha
 		uint32_t d = lf->lf_depth;
 		int fits = lf->lf_used + need <= leaf_cap(fs);
 		/* a chained leaf with room also does */
-		uint64_t next = lf->lf_next;
+		uint64_t next, steps = 0;
+		err = chain_next(fs, dp, b, &steps, &next);
 		buf_put(fs, b);
+		if (err)
+			return err;
 		while (!fits && next) {
-			err = leaf_read(fs, dp, next, &b);
+			err = chain_read(fs, dp, next, d, &b);
 			if (err)
 				return err;
 			lf = (void *)b->b_data;
 			fits = lf->lf_used + need <= leaf_cap(fs);
-			next = lf->lf_next;
+			err = chain_next(fs, dp, b, &steps, &next);
 			buf_put(fs, b);
+			if (err)
+				return err;
 		}
 		if (fits)
 			return 0;
@@ -420,19 +462,24 @@ static int prepare_name(struct shoal_fs *fs, struct shoal_inode *dp, uint64_t ha
 			if (err == -EFBIG || err == -ENOSPC) {
 				/* cannot grow the table: chain a leaf to the last one */
 				struct shoal_buf *nb, *lb;
-				uint64_t last = blk;
+				uint64_t last = blk, nx;
 				err = trans_begin_alloc(fs, 8, 1);
 				if (err)
 					return err;
+				steps = 0;
 				for (;;) {
-					err = leaf_read(fs, dp, last, &lb);
+					err = chain_read(fs, dp, last, d, &lb);
 					if (err)
 						return err;
-					uint64_t nx = ((struct shoal_leaf *)lb->b_data)->lf_next;
-					if (!nx)
+					err = chain_next(fs, dp, lb, &steps, &nx);
+					if (err || !nx)
 						break;
 					buf_put(fs, lb);
 					last = nx;
+				}
+				if (err) {
+					buf_put(fs, lb);
+					return err;
 				}
 				err = leaf_new(fs, dp, (uint16_t)d, &nb);
 				if (!err) {
@@ -466,22 +513,28 @@ static int hashed_find(struct shoal_fs *fs, struct shoal_inode *dp, uint64_t has
 	int err = ht_get(fs, dp, ht_index(dp, hash), &blk);
 	if (err)
 		return err;
-	for (int guard = 0; blk && guard < 1 << 20; guard++) {
+	uint64_t steps = 0;
+	uint32_t depth = 0;
+	for (int first = 1; blk; first = 0) {
 		struct shoal_buf *lb;
-		err = leaf_read(fs, dp, blk, &lb);
+		err = first ? leaf_read(fs, dp, blk, &lb) : chain_read(fs, dp, blk, depth, &lb);
 		if (err)
 			return err;
 		struct shoal_leaf *lf = (void *)lb->b_data;
+		depth = lf->lf_depth;
 		int off = area_find(lb->b_data + SHOAL_LEAF_ENTRIES_OFF, lf->lf_used, hash, name, len,
 				    d);
 		if (off >= 0 || off == -EEXIST) {
 			*b = lb;
 			return off;
 		}
-		blk = lf->lf_next;
-		buf_put(fs, lb);
 		if (off == -EUCLEAN)
-			return fs_corrupt(fs, blk, "directory leaf entries") ? -EIO : -EIO;
+			err = fs_corrupt_ino(fs, blk, dp->i_ino, "directory leaf entries") ? -EIO : -EIO;
+		else
+			err = chain_next(fs, dp, lb, &steps, &blk);
+		buf_put(fs, lb);
+		if (err)
+			return err;
 	}
 	return -ENOENT;
 }
@@ -534,12 +587,15 @@ int dir_add(struct shoal_fs *fs, struct shoal_inode *dp, const char *name, uint6
 		int err = ht_get(fs, dp, ht_index(dp, hash), &blk);
 		if (err)
 			return err;
-		for (;;) {
+		uint64_t steps = 0;
+		uint32_t depth = 0;
+		for (int first = 1;; first = 0) {
 			struct shoal_buf *lb;
-			err = leaf_read(fs, dp, blk, &lb);
+			err = first ? leaf_read(fs, dp, blk, &lb) : chain_read(fs, dp, blk, depth, &lb);
 			if (err)
 				return err;
 			struct shoal_leaf *lf = (void *)lb->b_data;
+			depth = lf->lf_depth;
 			if (lf->lf_used + need <= leaf_cap(fs)) {
 				trans_add(fs, lb);
 				ent_encode(lb->b_data + SHOAL_LEAF_ENTRIES_OFF + lf->lf_used, hash, ino,
@@ -549,8 +605,10 @@ int dir_add(struct shoal_fs *fs, struct shoal_inode *dp, const char *name, uint6
 				buf_put(fs, lb);
 				break;
 			}
-			blk = lf->lf_next;
+			err = chain_next(fs, dp, lb, &steps, &blk);
 			buf_put(fs, lb);
+			if (err)
+				return err;
 			if (!blk)
 				return -ENOSPC;
 		}
@@ -648,9 +706,9 @@ int dir_replace(struct shoal_fs *fs, struct shoal_inode *dp, const char *name, u
 
 struct collected {
 	struct dent *c_ents;
-	uint32_t c_n, c_cap;
+	size_t c_n, c_cap;
 	char *c_names; /* copies, since buffers are put */
-	uint32_t c_nlen, c_ncap;
+	size_t c_nlen, c_ncap;
 };
 
 static int collect_area(struct collected *c, const uint8_t *area, uint32_t used, uint64_t after)
@@ -664,7 +722,7 @@ static int collect_area(struct collected *c, const uint8_t *area, uint32_t used,
 		if (d.hash <= after)
 			continue;
 		if (c->c_n == c->c_cap) {
-			uint32_t nc = c->c_cap ? c->c_cap * 2 : 64;
+			size_t nc = c->c_cap ? c->c_cap * 2 : 64;
 			void *p = realloc(c->c_ents, nc * sizeof(*c->c_ents));
 			if (!p)
 				return -ENOMEM;
@@ -672,7 +730,7 @@ static int collect_area(struct collected *c, const uint8_t *area, uint32_t used,
 			c->c_cap = nc;
 		}
 		if (c->c_nlen + d.namelen > c->c_ncap) {
-			uint32_t nc = (c->c_ncap + d.namelen) * 2 + 1024;
+			size_t nc = (c->c_ncap + d.namelen) * 2 + 1024;
 			void *p = realloc(c->c_names, nc);
 			if (!p)
 				return -ENOMEM;
@@ -700,7 +758,7 @@ static int emit(struct collected *c, dir_iter_fn fn, void *arg)
 	if (c->c_n == 0)
 		return 0;
 	qsort(c->c_ents, c->c_n, sizeof(*c->c_ents), cmp_dent);
-	for (uint32_t i = 0; i < c->c_n; i++) {
+	for (size_t i = 0; i < c->c_n; i++) {
 		struct dent *d = &c->c_ents[i];
 		memcpy(name, c->c_names + (uintptr_t)d->name, d->namelen);
 		name[d->namelen] = 0;
@@ -737,24 +795,22 @@ int dir_iterate(struct shoal_fs *fs, struct shoal_inode *dp, uint64_t after, dir
 		if (err)
 			goto out;
 		uint32_t ld = 0;
+		uint64_t steps = 0;
 		for (int first = 1; blk; first = 0) {
-			err = leaf_read(fs, dp, blk, &lb);
+			err = first ? leaf_read(fs, dp, blk, &lb) : chain_read(fs, dp, blk, ld, &lb);
 			if (err)
 				goto out;
 			struct shoal_leaf *lf = (void *)lb->b_data;
-			if (first)
-				ld = lf->lf_depth;
+			ld = lf->lf_depth; /* <= depth: leaf_read */
 			err = collect_area(&c, lb->b_data + SHOAL_LEAF_ENTRIES_OFF, lf->lf_used, after);
-			blk = lf->lf_next;
 			if (err == -EUCLEAN)
-				err = fs_corrupt(fs, lb->b_blkno, "directory leaf entries") ? -EIO : -EIO;
+				err = fs_corrupt_ino(fs, lb->b_blkno, dp->i_ino,
+						     "directory leaf entries") ? -EIO : -EIO;
+			if (!err)
+				err = chain_next(fs, dp, lb, &steps, &blk);
 			buf_put(fs, lb);
 			if (err)
 				goto out;
-		}
-		if (ld > depth) {
-			err = fs_corrupt(fs, dp->i_ino, "leaf deeper than its table") ? -EIO : -EIO;
-			goto out;
 		}
 		uint64_t width = 1ull << (depth - ld);
 		i = (i & ~(width - 1)) + width;
@@ -784,19 +840,25 @@ int dir_destroy(struct shoal_fs *fs, struct shoal_inode *dp)
 		err = leaf_read(fs, dp, blk, &lb);
 		if (err)
 			return err;
-		uint64_t width = 1ull << (di->di_depth - ((struct shoal_leaf *)lb->b_data)->lf_depth);
-		uint64_t next = ((struct shoal_leaf *)lb->b_data)->lf_next;
+		uint32_t ld = ((struct shoal_leaf *)lb->b_data)->lf_depth; /* <= di_depth */
+		uint64_t width = 1ull << (di->di_depth - ld), next, steps = 0;
+		err = chain_next(fs, dp, lb, &steps, &next);
 		buf_put(fs, lb);
+		if (err)
+			return err;
 		err = rg_free(fs, blk, 1);
 		if (err)
 			return err;
 		di->di_blocks--;
 		while (next) {
-			err = leaf_read(fs, dp, next, &lb);
+			uint64_t nn;
+			err = chain_read(fs, dp, next, ld, &lb);
 			if (err)
 				return err;
-			uint64_t nn = ((struct shoal_leaf *)lb->b_data)->lf_next;
+			err = chain_next(fs, dp, lb, &steps, &nn);
 			buf_put(fs, lb);
+			if (err)
+				return err;
 			err = rg_free(fs, next, 1);
 			if (err)
 				return err;

@@ -120,8 +120,8 @@ int file_map(struct shoal_fs *fs, struct shoal_inode *ip, size_t size, uint64_t 
 		uint32_t inblk = (uint32_t)(pos & (fs->fs_bsize - 1)), run;
 		int err = bmap_get(fs, ip, lblk, &pblk, &run);
 		if (err) {
-			if (done)
-				break;
+			/* never the bytes before it: a short read is end of
+			 * file to the kernel, the file would look truncated */
 			free(pv);
 			return err;
 		}
@@ -169,7 +169,7 @@ ssize_t file_read(struct shoal_fs *fs, struct shoal_inode *ip, void *buf, size_t
 		done += pv[i].sv_len;
 	}
 	free(pv);
-	return done ? (ssize_t)done : err;
+	return err ? err : (ssize_t)done; /* all or an error: see file_map */
 }
 
 /* Where a write's bytes come from: memory, or the caller's callback. */

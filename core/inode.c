@@ -81,6 +81,9 @@ int inode_check(struct shoal_fs *fs, struct shoal_buf *b)
 	}
 	/* di_size may exceed what the payload or map covers: the rest is a
 	 * hole (an extending truncate only sets the size, R3) */
+	/* no file offset (a signed off_t) reaches a byte at 2^63 or more */
+	if ((t == S_IFREG || t == S_IFLNK) && di->di_size > (uint64_t)INT64_MAX)
+		return fs_corrupt(fs, b->b_blkno, "inode size is 2^63 or more");
 	if (di->di_blocks > fs->fs_sb.sb_blocks)
 		return fs_corrupt(fs, b->b_blkno, "inode block count out of range");
 	return 0;

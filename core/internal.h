@@ -187,6 +187,15 @@ struct shoal_fs {
 	uint64_t *fs_orphans;         /* fs_lock: unlinked inodes to free later */
 	uint32_t fs_norphans, fs_orphans_cap;
 	uint64_t fs_statfs_ns;        /* statfs: when other groups were last read */
+
+	/* Damaged metadata seen by this mount (fs_corrupt), protected by
+	 * fs_dmg_lock (a leaf lock: taken under anything, nothing under it) */
+	pthread_mutex_t fs_dmg_lock;
+	int fs_dmg_needs_fsck;        /* a block failed its checks: run fsck */
+	uint64_t fs_dmg_blk;          /* the first damaged block, and its inode */
+	uint64_t fs_dmg_ino;          /* (0: not known) */
+	uint64_t fs_dmg_logged[64];   /* blocks already logged (the first 64) */
+	uint32_t fs_dmg_nlogged;
 };
 
 struct gl_ops;
@@ -207,8 +216,18 @@ static inline struct shoal_dinode *ip_di(struct shoal_inode *ip)
 	return (struct shoal_dinode *)ip->i_bh->b_data;
 }
 
-/* Report a corrupt block once and count it; returns -EUCLEAN. */
-int fs_corrupt(struct shoal_fs *fs, uint64_t blkno, const char *what);
+/*
+ * A metadata block failed its checks: count it, mark the filesystem as
+ * needing fsck (shoal_damage, the journal head's SHOAL_JH_DAMAGED) and log
+ * it once per block, naming the block and, when known, the inode that
+ * reached it (ino 0: not known).  Returns -EUCLEAN; what a user sees of it
+ * is EIO (FORMAT.md "Damage").
+ */
+int fs_corrupt_ino(struct shoal_fs *fs, uint64_t blkno, uint64_t ino, const char *what);
+static inline int fs_corrupt(struct shoal_fs *fs, uint64_t blkno, const char *what)
+{
+	return fs_corrupt_ino(fs, blkno, 0, what);
+}
 /* Replay the journal of a dead node (worker thread; takes its locks). */
 int fs_recover_journal(struct shoal_fs *fs, uint32_t jid);
 /* Turn the mount read-only after a shared structure failed. */
@@ -226,6 +245,10 @@ void buf_put(struct shoal_fs *fs, struct shoal_buf *b);
  * generation of that glock is read again (another node may have changed it). */
 int buf_read_gen(struct shoal_fs *fs, uint64_t gen, uint64_t blkno, uint16_t type,
 		 struct shoal_buf **out);
+/* buf_read_gen of a block owned by ip, under ip's glock: a damaged block
+ * is reported with ip's number. */
+int buf_read_ip(struct shoal_fs *fs, struct shoal_inode *ip, uint64_t blkno, uint16_t type,
+		struct shoal_buf **out);
 /* Drop a cached block that was freed (no longer metadata). */
 void buf_forget(struct shoal_fs *fs, uint64_t blkno);
 void buf_shrink(struct shoal_fs *fs);

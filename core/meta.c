@@ -78,6 +78,33 @@ int meta_check(const void *block, uint32_t bsize, uint16_t type, uint64_t blkno)
 	return 0;
 }
 
+const char *meta_sb_insane(const struct shoal_sb *sb, uint64_t devsize)
+{
+	uint64_t bs = sb->sb_bsize, last, lastrg;
+
+	if (sb->sb_format != SHOAL_FORMAT)
+		return "unknown sb_format";
+	if (bs < SHOAL_MIN_BSIZE || bs > SHOAL_MAX_BSIZE || (bs & (bs - 1)) ||
+	    sb->sb_bsize_shift >= 32 || (1ull << sb->sb_bsize_shift) != bs)
+		return "bad block size";
+	if (sb->sb_blocks < 8 || sb->sb_blocks > devsize / bs)
+		return "sb_blocks larger than the device";
+	last = sb->sb_blocks - 1;
+	if (sb->sb_jfirst != 1 || sb->sb_jcount == 0 || sb->sb_jblocks < 8)
+		return "bad journal geometry";
+	if (sb->sb_rgfirst != 1 + (uint64_t)sb->sb_jcount * sb->sb_jblocks)
+		return "sb_rgfirst does not follow the journals";
+	if (sb->sb_rgcount == 0 || sb->sb_rgblocks < 2 ||
+	    sb->sb_rgblocks > SHOAL_RG_MAX_LENGTH(bs) + 1)
+		return "bad resource group geometry";
+	lastrg = sb->sb_rgfirst + (uint64_t)(sb->sb_rgcount - 1) * sb->sb_rgblocks;
+	if (lastrg + 1 >= last || lastrg < sb->sb_rgfirst)
+		return "resource groups run past the end";
+	if (sb->sb_root <= sb->sb_rgfirst || sb->sb_root >= last)
+		return "sb_root outside the resource groups";
+	return NULL;
+}
+
 uint64_t meta_name_hash(uint64_t seed, const char *name, size_t len)
 {
 	const unsigned char *p = (const unsigned char *)name;

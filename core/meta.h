@@ -29,6 +29,16 @@ int meta_check(const void *block, uint32_t bsize, uint16_t type, uint64_t blkno)
 uint64_t meta_name_hash(uint64_t seed, const char *name, size_t len);
 
 /*
+ * The superblock sanity rules of FORMAT.md section 3, for a superblock that
+ * meta_check accepted, on a device of devsize bytes: NULL if they hold,
+ * else the first one broken.  The mount and fsck.shoal both choose their
+ * superblock by it (the primary if it passes, else the backup), so that
+ * they always agree on which copy is good.
+ */
+struct shoal_sb;
+const char *meta_sb_insane(const struct shoal_sb *sb, uint64_t devsize);
+
+/*
  * Split a directory leaf's packed entries (area, *used bytes): those whose
  * hash has bit `bit` set move to the end of dst (*dst_used bytes), the rest
  * close up in area and the freed tail is zeroed.  The entries are checked

@@ -30,14 +30,49 @@
 #include "lock.h"
 #include "meta.h"
 
-int fs_corrupt(struct shoal_fs *fs, uint64_t blkno, const char *what)
+int fs_corrupt_ino(struct shoal_fs *fs, uint64_t blkno, uint64_t ino, const char *what)
 {
+	int seen = 0;
+
+	pthread_mutex_lock(&fs->fs_dmg_lock);
 	fs->fs_ctr.sc_corrupt++;
-	/* one line per event, naming the block; bounded to keep logs sane */
-	if (fs->fs_ctr.sc_corrupt <= 1000)
-		fprintf(stderr, "shoal: corrupt metadata at block %llu: %s\n",
-			(unsigned long long)blkno, what);
+	if (!fs->fs_dmg_needs_fsck) {
+		fs->fs_dmg_needs_fsck = 1;
+		fs->fs_dmg_blk = blkno;
+		fs->fs_dmg_ino = ino;
+	}
+	for (uint32_t i = 0; i < fs->fs_dmg_nlogged && !seen; i++)
+		seen = fs->fs_dmg_logged[i] == blkno;
+	if (!seen && fs->fs_dmg_nlogged < sizeof(fs->fs_dmg_logged) / sizeof(fs->fs_dmg_logged[0]))
+		fs->fs_dmg_logged[fs->fs_dmg_nlogged++] = blkno;
+	/* one line per block (every use of it fails the same way); past 64
+	 * blocks one per event, bounded to keep logs sane */
+	if (!seen && fs->fs_ctr.sc_corrupt <= 1000) {
+		if (ino)
+			fprintf(stderr, "shoal: corrupt metadata at block %llu (inode %llu): %s; "
+					"using it fails with EIO: run fsck.shoal\n",
+				(unsigned long long)blkno, (unsigned long long)ino, what);
+		else
+			fprintf(stderr, "shoal: corrupt metadata at block %llu: %s; "
+					"using it fails with EIO: run fsck.shoal\n",
+				(unsigned long long)blkno, what);
+	}
+	pthread_mutex_unlock(&fs->fs_dmg_lock);
 	return -EUCLEAN;
+}
+
+int shoal_damage(struct shoal_fs *fs, uint64_t *blkno, uint64_t *ino)
+{
+	int needs;
+
+	pthread_mutex_lock(&fs->fs_dmg_lock);
+	needs = fs->fs_dmg_needs_fsck;
+	if (blkno)
+		*blkno = fs->fs_dmg_blk;
+	if (ino)
+		*ino = fs->fs_dmg_ino;
+	pthread_mutex_unlock(&fs->fs_dmg_lock);
+	return needs;
 }
 
 void fs_error(struct shoal_fs *fs, const char *fmt, ...)
@@ -62,25 +97,6 @@ void fs_error(struct shoal_fs *fs, const char *fmt, ...)
 	}
 }
 
-static int sb_geometry_ok(const struct shoal_sb *sb, uint64_t devsize)
-{
-	uint64_t bs = sb->sb_bsize;
-	if (sb->sb_format != SHOAL_FORMAT || bs < SHOAL_MIN_BSIZE || bs > SHOAL_MAX_BSIZE ||
-	    (bs & (bs - 1)) || (1ull << sb->sb_bsize_shift) != bs)
-		return 0;
-	if (sb->sb_blocks < 8 || sb->sb_blocks > devsize / bs)
-		return 0;
-	if (sb->sb_jfirst != 1 || sb->sb_jcount == 0 || sb->sb_jblocks < 8 ||
-	    sb->sb_jfirst + (uint64_t)sb->sb_jcount * sb->sb_jblocks > sb->sb_rgfirst)
-		return 0;
-	if (sb->sb_rgcount == 0 || sb->sb_rgblocks < 2 ||
-	    sb->sb_rgfirst + (uint64_t)(sb->sb_rgcount - 1) * sb->sb_rgblocks + 1 >= sb->sb_blocks)
-		return 0;
-	if (sb->sb_root <= sb->sb_rgfirst || sb->sb_root >= sb->sb_blocks - 1)
-		return 0;
-	return 1;
-}
-
 /* Read the superblock at blkno with block size bs; 0 if valid. */
 static int sb_try(struct shoal_dev *dev, uint64_t blkno, uint32_t bs, struct shoal_sb *out)
 {
@@ -93,7 +109,7 @@ static int sb_try(struct shoal_dev *dev, uint64_t blkno, uint32_t bs, struct sho
 		err = -EUCLEAN;
 	if (!err) {
 		memcpy(out, blk, sizeof(*out));
-		if (out->sb_bsize != bs || !sb_geometry_ok(out, dev->d_size))
+		if (out->sb_bsize != bs || meta_sb_insane(out, dev->d_size))
 			err = -EUCLEAN;
 	}
 	free(blk);
@@ -302,6 +318,7 @@ int shoal_mount(struct shoal_dev *dev, const struct shoal_mount_opts *opts,
 	pthread_mutexattr_settype(&ma, PTHREAD_MUTEX_RECURSIVE);
 	pthread_mutex_init(&fs->fs_lock, &ma);
 	pthread_mutexattr_destroy(&ma);
+	pthread_mutex_init(&fs->fs_dmg_lock, NULL);
 	pthread_cond_init(&fs->fs_commit_cond, NULL);
 	pthread_cond_init(&fs->fs_orphan_cond, NULL);
 
@@ -571,6 +588,7 @@ int shoal_unmount(struct shoal_fs *fs)
 	bc_destroy(fs);
 	dev_close(fs->fs_dev);
 	pthread_mutex_destroy(&fs->fs_lock);
+	pthread_mutex_destroy(&fs->fs_dmg_lock);
 	pthread_cond_destroy(&fs->fs_commit_cond);
 	pthread_cond_destroy(&fs->fs_orphan_cond);
 	free(fs->fs_orphans);

@@ -49,18 +49,46 @@ static const char *ns_prefix(uint8_t ns)
 	return NULL;
 }
 
+/*
+ * What is wrong with an xattr block's entries, or NULL: every entry lies
+ * within xh_used with a name of 1..255 bytes in a known namespace, and
+ * xh_count counts them.  Checked at every read, so that the loops below
+ * never leave the block and a wrong count never frees a block in use.
+ */
+static const char *xblock_bad(struct shoal_fs *fs, struct shoal_buf *b)
+{
+	struct shoal_xattr_hdr *xh = (void *)b->b_data;
+	const uint8_t *area = b->b_data + SHOAL_XATTR_ENTRIES_OFF;
+	uint32_t off = 0, n = 0;
+
+	if (xh->xh_used > fs->fs_bsize - SHOAL_XATTR_ENTRIES_OFF)
+		return "xattr block header: entries past the block";
+	while (off < xh->xh_used) {
+		struct shoal_xattr_ent e;
+		if (xh->xh_used - off < sizeof(e))
+			return "xattr entry header past xh_used";
+		memcpy(&e, area + off, sizeof(e));
+		uint32_t sz = sizeof(e) + e.xe_namelen + e.xe_vallen;
+		if (sz > xh->xh_used - off || e.xe_namelen == 0 || !ns_prefix(e.xe_ns))
+			return "xattr entry malformed";
+		off += sz;
+		n++;
+	}
+	return n == xh->xh_count ? NULL : "xattr block: xh_count is not the number of entries";
+}
+
 static int xblock(struct shoal_fs *fs, struct shoal_inode *ip, struct shoal_buf **b)
 {
 	uint64_t blk = ip_di(ip)->di_xattr;
 	if (blk < fs->fs_sb.sb_rgfirst || blk >= fs->fs_sb.sb_blocks - 1)
 		return fs_corrupt(fs, ip->i_ino, "xattr block pointer") ? -EIO : -EIO;
-	int err = buf_read_gen(fs, inode_gen(fs, ip), blk, SHOAL_MT_XATTR, b);
+	int err = buf_read_ip(fs, ip, blk, SHOAL_MT_XATTR, b);
 	if (err)
 		return err;
-	struct shoal_xattr_hdr *xh = (void *)(*b)->b_data;
-	if (xh->xh_used > fs->fs_bsize - SHOAL_XATTR_ENTRIES_OFF) {
+	const char *bad = xblock_bad(fs, *b);
+	if (bad) {
 		buf_put(fs, *b);
-		return fs_corrupt(fs, blk, "xattr block header") ? -EIO : -EIO;
+		return fs_corrupt_ino(fs, blk, ip->i_ino, bad) ? -EIO : -EIO;
 	}
 	return 0;
 }
@@ -139,12 +167,9 @@ ssize_t xattr_list(struct shoal_fs *fs, struct shoal_inode *ip, char *list, size
 	uint32_t off = 0;
 	while (off < xh->xh_used) {
 		struct shoal_xattr_ent e;
+		/* xblock_bad checked every entry */
 		memcpy(&e, area + off, sizeof(e));
 		uint32_t sz = sizeof(e) + e.xe_namelen + e.xe_vallen;
-		if (sz > xh->xh_used - off) {
-			buf_put(fs, b);
-			return -EIO;
-		}
 		const char *pre = ns_prefix(e.xe_ns);
 		if (pre && e.xe_ns == SHOAL_XNS_TRUSTED && !perm_is_root())
 			pre = NULL; /* as listxattr(2) does without CAP_SYS_ADMIN */

@@ -1,7 +1,9 @@
 /*
  * ctlcmd.c - the control commands of shoal-mount, served by ctl.c:
- *   stat     every counter of the mount as "name value", then "readonly 0|1"
- *            and, if the mount went read-only on an error, "error TEXT";
+ *   stat     every counter of the mount as "name value", then "readonly 0|1",
+ *            "needs_fsck 0" or "needs_fsck 1 BLOCK INODE" (the first damaged
+ *            block seen) and, if the mount went read-only on an error,
+ *            "error TEXT";
  *   status   device, mountpoint, node, lock, options, entry_timeout, pid,
  *            log;
  *   glocks   [FILTER] every cached glock with its holders and waiters;
@@ -85,6 +87,12 @@ static int cmd_stat(void *arg, const char *args, FILE *out)
 	}
 	wbkick_stats(out);
 	fprintf(out, "readonly %d\n", shoal_is_readonly(sm->sm_fs) ? 1 : 0);
+	uint64_t dblk, dino;
+	if (shoal_damage(sm->sm_fs, &dblk, &dino))
+		fprintf(out, "needs_fsck 1 %llu %llu\n", (unsigned long long)dblk,
+			(unsigned long long)dino);
+	else
+		fprintf(out, "needs_fsck 0\n");
 	err = shoal_error(sm->sm_fs);
 	if (err)
 		fprintf(out, "error %s\n", err);

@@ -6,8 +6,9 @@
  * Invariants:
  *  (1) every request gets exactly one reply, sent by the op that received it
  *      (forget and forget_multi: fuse_reply_none);
- *  (2) a libshoal error (-errno) becomes fuse_reply_err(req, errno) here and
- *      nowhere else;
+ *  (2) a libshoal error (-errno) becomes a reply here and nowhere else, and
+ *      only through reply_err(): -EUCLEAN (damaged metadata) is answered
+ *      EIO, never "structure needs cleaning" (FORMAT.md "Damage");
  *  (3) FUSE node ids are shoal inode numbers except for the root, which the
  *      kernel calls FUSE_ROOT_ID and libshoal shoal_root(), and for the
  *      incarnations of directories another node moved (nodeids.c, handed
@@ -47,6 +48,29 @@
 #include <unistd.h>
 
 #define FS(req) (((struct smount *)fuse_req_userdata(req))->sm_fs)
+
+/*
+ * The one error reply (2).  Damage inside libshoal is -EUCLEAN; an
+ * application gets EIO for it, as from a disk that cannot read.  libshoal
+ * logged the block; this says once per damaged block that it was answered
+ * EIO, naming the block and inode shoal_damage() knows of.
+ */
+static int reply_err(fuse_req_t req, int err)
+{
+	static uint64_t logged = UINT64_MAX; /* last block logged */
+
+	if (err == EUCLEAN) {
+		uint64_t blk = 0, ino = 0;
+		if (!shoal_damage(FS(req), &blk, &ino))
+			blk = 0;
+		if (__atomic_exchange_n(&logged, blk, __ATOMIC_RELAXED) != blk)
+			fprintf(stderr, "shoal-mount: damaged metadata (block %llu, inode %llu): "
+					"answering EIO instead of EUCLEAN\n",
+				(unsigned long long)blk, (unsigned long long)ino);
+		err = EIO;
+	}
+	return fuse_reply_err(req, err);
+}
 
 static uint64_t ino_in(struct shoal_fs *fs, fuse_ino_t ino)
 {
@@ -175,7 +199,7 @@ static void reply_entry(fuse_req_t req, int ret, const struct stat *st, int trus
 out_forget:
 	shoal_forget(fs, (uint64_t)st->st_ino, 1);
 out_err:
-	fuse_reply_err(req, -ret);
+	reply_err(req, -ret);
 }
 
 /*
@@ -197,7 +221,7 @@ static void reply_dir_entry(fuse_req_t req, int ret, const struct stat *st, fuse
 	ret = fill_entry(fs, st, &e, 1);
 	if (ret < 0) {
 		shoal_forget(fs, (uint64_t)st->st_ino, 1);
-		fuse_reply_err(req, -ret);
+		reply_err(req, -ret);
 		return;
 	}
 	if (e.ino != FUSE_ROOT_ID && strcmp(name, ".") && strcmp(name, "..")) {
@@ -213,7 +237,7 @@ static void reply_dir_entry(fuse_req_t req, int ret, const struct stat *st, fuse
 static void reply_attr(fuse_req_t req, int ret, const struct stat *st)
 {
 	if (ret < 0) {
-		fuse_reply_err(req, -ret);
+		reply_err(req, -ret);
 		return;
 	}
 	reply_delay();
@@ -378,7 +402,7 @@ static void op_readlink(fuse_req_t req, fuse_ino_t ino)
 
 	n = shoal_readlink(fs, ino_in(fs, ino), buf, sizeof(buf) - 1);
 	if (n < 0) {
-		fuse_reply_err(req, (int)-n);
+		reply_err(req, (int)-n);
 		return;
 	}
 	buf[n] = '\0';
@@ -442,7 +466,7 @@ static void op_unlink(fuse_req_t req, fuse_ino_t parent, const char *name)
 	struct shoal_ctx ctx;
 
 	req_ctx(req, &ctx);
-	fuse_reply_err(req, -shoal_unlink(fs, &ctx, ino_in(fs, parent), name));
+	reply_err(req, -shoal_unlink(fs, &ctx, ino_in(fs, parent), name));
 }
 
 static void op_rmdir(fuse_req_t req, fuse_ino_t parent, const char *name)
@@ -456,7 +480,7 @@ static void op_rmdir(fuse_req_t req, fuse_ino_t parent, const char *name)
 	ret = shoal_rmdir(fs, &ctx, ino_in(fs, parent), name);
 	if (ret == 0)
 		names_dir_gone(parent, name);
-	fuse_reply_err(req, -ret);
+	reply_err(req, -ret);
 }
 
 static void op_rename(fuse_req_t req, fuse_ino_t parent, const char *name,
@@ -468,7 +492,7 @@ static void op_rename(fuse_req_t req, fuse_ino_t parent, const char *name,
 	int ret;
 
 	if (flags & ~(unsigned)(RENAME_NOREPLACE | RENAME_EXCHANGE)) {
-		fuse_reply_err(req, EINVAL); /* RENAME_WHITEOUT: no overlayfs upper */
+		reply_err(req, EINVAL); /* RENAME_WHITEOUT: no overlayfs upper */
 		return;
 	}
 	req_ctx(req, &ctx);
@@ -476,7 +500,7 @@ static void op_rename(fuse_req_t req, fuse_ino_t parent, const char *name,
 			   flags);
 	if (ret == 0) /* the kernel moves its dentries as this reply arrives */
 		names_dir_moved(parent, name, newparent, newname, !!(flags & RENAME_EXCHANGE));
-	fuse_reply_err(req, -ret);
+	reply_err(req, -ret);
 }
 
 /* --- files ------------------------------------------------------------ */
@@ -489,7 +513,7 @@ static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 
 	ret = shoal_open(fs, ino_in(fs, ino), fi->flags);
 	if (ret < 0) {
-		fuse_reply_err(req, -ret);
+		reply_err(req, -ret);
 		return;
 	}
 	fi->keep_cache = 1; /* see (6) */
@@ -528,7 +552,7 @@ out_release:
 	shoal_release(fs, (uint64_t)st.st_ino, fi->flags);
 	shoal_forget(fs, (uint64_t)st.st_ino, 1);
 out_err:
-	fuse_reply_err(req, -ret);
+	reply_err(req, -ret);
 }
 
 /*
@@ -600,7 +624,7 @@ static int reply_iov_pieces(fuse_req_t req, int devfd, const struct shoal_piece 
 		if (!pv[i].sv_mem)
 			fdbytes += pv[i].sv_len;
 	if (fdbytes && !(buf = rbuf_get(fdbytes))) {
-		fuse_reply_err(req, ENOMEM);
+		reply_err(req, ENOMEM);
 		return 0;
 	}
 	for (unsigned i = 0; i < n; i++) {
@@ -615,7 +639,7 @@ static int reply_iov_pieces(fuse_req_t req, int devfd, const struct shoal_piece 
 			if (r < 0 && errno == EINTR)
 				continue;
 			if (r <= 0) {
-				fuse_reply_err(req, r < 0 ? errno : EIO);
+				reply_err(req, r < 0 ? errno : EIO);
 				return 0;
 			}
 			got += (size_t)r;
@@ -641,7 +665,7 @@ static int read_reply_fn(void *arg, int devfd, const struct shoal_piece *pv, uns
 		return 0;
 	bv = malloc(sizeof(*bv) + sizeof(bv->buf[0]) * (n - 1));
 	if (!bv) {
-		fuse_reply_err(rr->rr_req, ENOMEM);
+		reply_err(rr->rr_req, ENOMEM);
 		return 0;
 	}
 	*bv = (struct fuse_bufvec)FUSE_BUFVEC_INIT(0);
@@ -676,17 +700,17 @@ static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 	if (rr.rr_replied)
 		return;
 	if (n != -EOPNOTSUPP) {
-		fuse_reply_err(req, n < 0 ? (int)-n : EIO);
+		reply_err(req, n < 0 ? (int)-n : EIO);
 		return;
 	}
 	buf = rbuf_get(size);
 	if (!buf) {
-		fuse_reply_err(req, ENOMEM);
+		reply_err(req, ENOMEM);
 		return;
 	}
 	n = shoal_read(fs, ino_in(fs, ino), buf, size, (uint64_t)off, fi->flags);
 	if (n < 0)
-		fuse_reply_err(req, (int)-n);
+		reply_err(req, (int)-n);
 	else
 		fuse_reply_buf(req, buf, (size_t)n);
 }
@@ -735,14 +759,14 @@ static void op_write_buf(fuse_req_t req, fuse_ino_t ino, struct fuse_bufvec *buf
 			struct fuse_bufvec dst = FUSE_BUFVEC_INIT(size);
 			tmp = malloc(size ? size : 1);
 			if (!tmp) {
-				fuse_reply_err(req, ENOMEM);
+				reply_err(req, ENOMEM);
 				return;
 			}
 			dst.buf[0].mem = tmp;
 			n = fuse_buf_copy(&dst, bufv, 0);
 			if (n < 0 || (size_t)n != size) {
 				free(tmp);
-				fuse_reply_err(req, n < 0 ? (int)-n : EIO);
+				reply_err(req, n < 0 ? (int)-n : EIO);
 				return;
 			}
 			mem = tmp;
@@ -756,7 +780,7 @@ static void op_write_buf(fuse_req_t req, fuse_ino_t ino, struct fuse_bufvec *buf
 		fuse_lowlevel_notify_inval_inode(((struct smount *)fuse_req_userdata(req))->sm_se,
 						 ino, -1, 0);
 	if (n < 0)
-		fuse_reply_err(req, (int)-n);
+		reply_err(req, (int)-n);
 	else
 		fuse_reply_write(req, (size_t)n);
 }
@@ -765,7 +789,7 @@ static void op_flush(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
 	caller_begin(req);
 	/* Nothing is buffered here; durability is fsync's business. */
-	fuse_reply_err(req, 0);
+	reply_err(req, 0);
 }
 
 static void op_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
@@ -773,7 +797,7 @@ static void op_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi
 	caller_begin(req);
 	struct shoal_fs *fs = FS(req);
 
-	fuse_reply_err(req, -shoal_release(fs, ino_in(fs, ino), fi->flags));
+	reply_err(req, -shoal_release(fs, ino_in(fs, ino), fi->flags));
 }
 
 static void op_fsync(fuse_req_t req, fuse_ino_t ino, int datasync, struct fuse_file_info *fi)
@@ -781,7 +805,7 @@ static void op_fsync(fuse_req_t req, fuse_ino_t ino, int datasync, struct fuse_f
 	caller_begin(req);
 	struct shoal_fs *fs = FS(req);
 
-	fuse_reply_err(req, -shoal_fsync(fs, ino_in(fs, ino), datasync));
+	reply_err(req, -shoal_fsync(fs, ino_in(fs, ino), datasync));
 }
 
 static void op_fallocate(fuse_req_t req, fuse_ino_t ino, int mode, off_t off, off_t len,
@@ -790,7 +814,7 @@ static void op_fallocate(fuse_req_t req, fuse_ino_t ino, int mode, off_t off, of
 	caller_begin(req);
 	struct shoal_fs *fs = FS(req);
 
-	fuse_reply_err(req, -shoal_fallocate(fs, ino_in(fs, ino), mode, (uint64_t)off,
+	reply_err(req, -shoal_fallocate(fs, ino_in(fs, ino), mode, (uint64_t)off,
 					     (uint64_t)len));
 }
 
@@ -802,12 +826,12 @@ static void op_lseek(fuse_req_t req, fuse_ino_t ino, off_t off, int whence,
 	int64_t ret;
 
 	if (whence != SEEK_DATA && whence != SEEK_HOLE) {
-		fuse_reply_err(req, EINVAL);
+		reply_err(req, EINVAL);
 		return;
 	}
 	ret = shoal_lseek(fs, ino_in(fs, ino), (uint64_t)off, whence);
 	if (ret < 0)
-		fuse_reply_err(req, (int)-ret);
+		reply_err(req, (int)-ret);
 	else
 		fuse_reply_lseek(req, (off_t)ret);
 }
@@ -823,7 +847,7 @@ static void op_opendir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi
 	/* An open reference, so an rmdir'ed directory lives until closed. */
 	ret = shoal_open(fs, ino_in(fs, ino), fi->flags);
 	if (ret < 0) {
-		fuse_reply_err(req, -ret);
+		reply_err(req, -ret);
 		return;
 	}
 	/* readdir gets no open flags: the handle carries them (O_NOATIME) */
@@ -837,7 +861,7 @@ static void op_releasedir(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info 
 	caller_begin(req);
 	struct shoal_fs *fs = FS(req);
 
-	fuse_reply_err(req, -shoal_release(fs, ino_in(fs, ino), fi->flags));
+	reply_err(req, -shoal_release(fs, ino_in(fs, ino), fi->flags));
 }
 
 static void op_fsyncdir(fuse_req_t req, fuse_ino_t ino, int datasync, struct fuse_file_info *fi)
@@ -845,7 +869,7 @@ static void op_fsyncdir(fuse_req_t req, fuse_ino_t ino, int datasync, struct fus
 	caller_begin(req);
 	struct shoal_fs *fs = FS(req);
 
-	fuse_reply_err(req, -shoal_fsync(fs, ino_in(fs, ino), datasync));
+	reply_err(req, -shoal_fsync(fs, ino_in(fs, ino), datasync));
 }
 
 /* readdir: entries go straight into the reply buffer until it is full. */
@@ -879,12 +903,12 @@ static void op_readdir(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 
 	rp.rp_buf = malloc(size ? size : 1);
 	if (!rp.rp_buf) {
-		fuse_reply_err(req, ENOMEM);
+		reply_err(req, ENOMEM);
 		return;
 	}
 	ret = shoal_readdir(fs, ino_in(fs, ino), (uint64_t)off, (int)fi->fh, rd_plain_fill, &rp);
 	if (ret < 0 && rp.rp_used == 0)
-		fuse_reply_err(req, -ret);
+		reply_err(req, -ret);
 	else
 		fuse_reply_buf(req, rp.rp_buf, rp.rp_used); /* a later call reports the error */
 	free(rp.rp_buf);
@@ -1016,7 +1040,7 @@ static void op_readdirplus(fuse_req_t req, fuse_ino_t ino, size_t size, off_t of
 	goto out_free;
 
 out_err:
-	fuse_reply_err(req, -ret);
+	reply_err(req, -ret);
 out_free:
 	for (i = 0; i < rx.rx_count; i++)
 		free(rx.rx_ents[i].re_name);
@@ -1035,7 +1059,7 @@ static void op_statfs(fuse_req_t req, fuse_ino_t ino)
 
 	ret = shoal_statfs(FS(req), &sv);
 	if (ret < 0)
-		fuse_reply_err(req, -ret);
+		reply_err(req, -ret);
 	else
 		fuse_reply_statfs(req, &sv);
 }
@@ -1046,14 +1070,14 @@ static void op_setxattr(fuse_req_t req, fuse_ino_t ino, const char *name, const 
 	caller_begin(req);
 	struct shoal_fs *fs = FS(req);
 
-	fuse_reply_err(req, -shoal_setxattr(fs, ino_in(fs, ino), name, value, size, flags));
+	reply_err(req, -shoal_setxattr(fs, ino_in(fs, ino), name, value, size, flags));
 }
 
 /* getxattr and listxattr: size 0 asks for the size, else for the bytes. */
 static void reply_xattr(fuse_req_t req, ssize_t n, const char *buf, size_t size)
 {
 	if (n < 0)
-		fuse_reply_err(req, (int)-n);
+		reply_err(req, (int)-n);
 	else if (size == 0)
 		fuse_reply_xattr(req, (size_t)n);
 	else
@@ -1069,7 +1093,7 @@ static void op_getxattr(fuse_req_t req, fuse_ino_t ino, const char *name, size_t
 	if (size) {
 		buf = malloc(size);
 		if (!buf) {
-			fuse_reply_err(req, ENOMEM);
+			reply_err(req, ENOMEM);
 			return;
 		}
 	}
@@ -1086,7 +1110,7 @@ static void op_listxattr(fuse_req_t req, fuse_ino_t ino, size_t size)
 	if (size) {
 		buf = malloc(size);
 		if (!buf) {
-			fuse_reply_err(req, ENOMEM);
+			reply_err(req, ENOMEM);
 			return;
 		}
 	}
@@ -1099,7 +1123,7 @@ static void op_removexattr(fuse_req_t req, fuse_ino_t ino, const char *name)
 	caller_begin(req);
 	struct shoal_fs *fs = FS(req);
 
-	fuse_reply_err(req, -shoal_removexattr(fs, ino_in(fs, ino), name));
+	reply_err(req, -shoal_removexattr(fs, ino_in(fs, ino), name));
 }
 
 /* Is the caller of req in group gid (primary or supplementary)? */
@@ -1134,7 +1158,7 @@ static void op_access(fuse_req_t req, fuse_ino_t ino, int mask)
 	caller_begin(req);
 	struct shoal_fs *fs = FS(req);
 
-	fuse_reply_err(req, -shoal_access(fs, ino_in(fs, ino), mask));
+	reply_err(req, -shoal_access(fs, ino_in(fs, ino), mask));
 }
 
 /* --- ioctl: the inode flags (chattr/lsattr) --------------------------- */
@@ -1210,7 +1234,7 @@ static void op_ioctl(fuse_req_t req, fuse_ino_t ino, unsigned int cmd, void *arg
 	int ret;
 
 	if (flags & FUSE_IOCTL_COMPAT) {
-		fuse_reply_err(req, ENOSYS);
+		reply_err(req, ENOSYS);
 		return;
 	}
 	req_ctx(req, &ctx);
@@ -1258,7 +1282,7 @@ static void op_ioctl(fuse_req_t req, fuse_ino_t ino, unsigned int cmd, void *arg
 		break;
 	}
 	if (ret < 0)
-		fuse_reply_err(req, -ret);
+		reply_err(req, -ret);
 	else
 		fuse_reply_ioctl(req, 0, NULL, 0);
 }

@@ -372,80 +372,73 @@ static int sb_try(struct fsck *f, uint32_t bsize, uint64_t blkno, void *buf)
 	return 0;
 }
 
-/* The geometry rules of FORMAT.md section 3; a message names the first
- * one broken. */
-static const char *sb_geometry(const struct shoal_sb *sb, uint64_t devsize)
+/* sb_try, and the superblock passes the sanity rules (meta_sb_insane) */
+static int sb_good(struct fsck *f, uint32_t bsize, uint64_t blkno, void *buf)
 {
-	uint64_t last, lastrg;
-
-	if (sb->sb_format != SHOAL_FORMAT)
-		return "unknown sb_format";
-	if (!bsize_ok(sb->sb_bsize) || sb->sb_bsize_shift >= 32 ||
-	    (1u << sb->sb_bsize_shift) != sb->sb_bsize)
-		return "bad block size";
-	if (sb->sb_blocks < 4 || sb->sb_blocks > devsize / sb->sb_bsize)
-		return "sb_blocks larger than the device";
-	last = sb->sb_blocks - 1;
-	if (sb->sb_jfirst != 1 || sb->sb_jcount == 0 || sb->sb_jblocks < 2)
-		return "bad journal geometry";
-	if (sb->sb_rgfirst != 1 + (uint64_t)sb->sb_jcount * sb->sb_jblocks)
-		return "sb_rgfirst does not follow the journals";
-	if (sb->sb_rgcount == 0 || sb->sb_rgblocks < 2 ||
-	    sb->sb_rgblocks > SHOAL_RG_MAX_LENGTH(sb->sb_bsize) + 1)
-		return "bad resource group geometry";
-	lastrg = sb->sb_rgfirst + (uint64_t)(sb->sb_rgcount - 1) * sb->sb_rgblocks;
-	if (lastrg + 1 >= last || lastrg < sb->sb_rgfirst)
-		return "resource groups run past the end";
-	return NULL;
+	return sb_try(f, bsize, blkno, buf) == 0 && !meta_sb_insane(buf, f->f_dev->d_size);
 }
 
-/* Pass 1a: find a valid superblock, repair the primary from the backup or
- * the backup from the primary. */
+/*
+ * Pass 1a: choose the superblock as the mount does (core/super.c sb_read):
+ * the primary if it is valid and sane, else a valid, sane backup in the
+ * last block of the filesystem (for every block size, the last block of
+ * the device).  Then repair the other copy from the chosen one; never
+ * write over a copy that is good when the other is not.
+ */
 static int sb_load(struct fsck *f)
 {
 	uint8_t *pri = malloc(SHOAL_MAX_BSIZE), *bak = malloc(SHOAL_MAX_BSIZE);
 	struct shoal_sb *ps = (void *)pri, *bs = (void *)bak;
 	uint64_t devsize = f->f_dev->d_size, bakno = 0;
 	int pri_ok = 0, bak_ok = 0, err = -EINVAL;
-	const char *why;
 
 	if (!pri || !bak) {
 		fsck_operr(f, "superblock", ENOMEM);
 		goto out;
 	}
 	memset(pri, 0, SHOAL_MAX_BSIZE);
+	memset(bak, 0, SHOAL_MAX_BSIZE);
 	if (devsize >= 512 && dev_read(f->f_dev, pri, 512, 0) == 0 && bsize_ok(ps->sb_bsize))
-		pri_ok = sb_try(f, ps->sb_bsize, 0, pri) == 0;
+		pri_ok = sb_good(f, ps->sb_bsize, 0, pri);
 	if (pri_ok) {
 		bakno = ps->sb_blocks - 1;
-		bak_ok = ps->sb_blocks >= 1 && sb_try(f, ps->sb_bsize, bakno, bak) == 0;
+		bak_ok = sb_try(f, ps->sb_bsize, bakno, bak) == 0;
 	} else {
 		/* the backup is the last block of the filesystem; without a
 		 * primary, try the end of the device for every block size */
-		if (bsize_ok(ps->sb_bsize) && ps->sb_blocks >= 2 &&
-		    sb_try(f, ps->sb_bsize, ps->sb_blocks - 1, bak) == 0 &&
-		    bs->sb_blocks == ps->sb_blocks) {
-			bakno = ps->sb_blocks - 1;
-			bak_ok = 1;
-		}
 		for (uint32_t b = SHOAL_MIN_BSIZE; !bak_ok && b <= SHOAL_MAX_BSIZE; b *= 2) {
-			if (devsize / b < 2)
+			if (devsize / b < 8)
 				continue;
 			bakno = devsize / b - 1;
-			bak_ok = sb_try(f, b, bakno, bak) == 0 && bs->sb_blocks == bakno + 1;
+			bak_ok = sb_good(f, b, bakno, bak) && bs->sb_blocks == bakno + 1;
+		}
+		if (!bak_ok) {
+			/* a filesystem smaller than the device: the primary's
+			 * sb_blocks may still name it */
+			uint8_t hdr[512];
+			const struct shoal_sb *h = (const void *)hdr;
+			if (devsize >= 512 && dev_read(f->f_dev, hdr, 512, 0) == 0 &&
+			    bsize_ok(h->sb_bsize) && h->sb_blocks >= 8 &&
+			    sb_good(f, h->sb_bsize, h->sb_blocks - 1, bak) &&
+			    bs->sb_blocks == h->sb_blocks) {
+				bakno = h->sb_blocks - 1;
+				bak_ok = 1;
+			}
 		}
 	}
 	if (!pri_ok && !bak_ok) {
-		fprintf(stderr, "%s: %s: not a shoal filesystem (no valid superblock)\n", FSCK_PROG,
-			f->f_name);
+		const char *why = NULL;
+		if (sb_try(f, bsize_ok(ps->sb_bsize) ? ps->sb_bsize : SHOAL_MIN_BSIZE, 0, pri) == 0)
+			why = meta_sb_insane(ps, devsize);
+		if (why)
+			fprintf(stderr, "%s: %s: superblock: %s, and no valid backup\n", FSCK_PROG,
+				f->f_name, why);
+		else
+			fprintf(stderr, "%s: %s: not a shoal filesystem (no valid superblock)\n",
+				FSCK_PROG, f->f_name);
 		goto out;
 	}
 	memcpy(&f->f_sb, pri_ok ? (void *)ps : (void *)bs, sizeof(f->f_sb));
-	why = sb_geometry(&f->f_sb, devsize);
-	if (why) {
-		fprintf(stderr, "%s: %s: superblock: %s\n", FSCK_PROG, f->f_name, why);
-		goto out;
-	}
 	f->f_bsize = f->f_sb.sb_bsize;
 	f->f_bshift = f->f_sb.sb_bsize_shift;
 	f->f_blocks = f->f_sb.sb_blocks;
@@ -469,6 +462,8 @@ static int sb_load(struct fsck *f)
 			  (unsigned long long)f->f_sb.sb_feat_compat);
 
 	if (!pri_ok) {
+		/* the primary is not good (the mount would not use it either):
+		 * only it is written */
 		if (fsck_problem(f, 1, "primary superblock invalid; using the backup at block %llu",
 				 (unsigned long long)bakno)) {
 			memcpy(pri, bak, f->f_bsize);
@@ -483,6 +478,7 @@ static int sb_load(struct fsck *f)
 			meta_update_crc(bak, f->f_bsize);
 			same = memcmp(pri, bak, f->f_bsize) == 0;
 		}
+		/* the primary is good: its sb_blocks names the backup */
 		if (!same && fsck_problem(f, 1, "backup superblock at block %llu is %s",
 					  (unsigned long long)bakno,
 					  bak_ok ? "different from the primary" : "invalid")) {

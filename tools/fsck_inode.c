@@ -212,6 +212,7 @@ struct bwalk {
 	uint64_t bw_ino;
 	int bw_kind;
 	uint64_t bw_count; /* blocks claimed: indirect + data/table */
+	uint64_t bw_end;   /* BW_FILE: 1 + the last logical block mapped */
 	uint64_t bw_limit; /* BW_HTABLE: table blocks */
 	uint64_t *bw_tbl;  /* BW_HTABLE: table block address per logical block */
 	uint8_t *bw_buf[SHOAL_MAX_HEIGHT + 1];
@@ -334,6 +335,8 @@ static int bw_level(struct bwalk *bw, uint64_t *ptrs, uint32_t n, unsigned level
 			continue;
 		}
 		bw->bw_count++;
+		if (lblk >= bw->bw_end)
+			bw->bw_end = lblk + 1;
 	}
 	return dirty;
 }
@@ -578,10 +581,21 @@ static int map_one(struct fsck *f, struct fsck_ino *fi, struct bwalk *bw, uint8_
 		bw->bw_ino = fi->fi_ino;
 		bw->bw_kind = BW_FILE;
 		bw->bw_count = 0;
+		bw->bw_end = 0;
 		if (bw_level(bw, (uint64_t *)(dib + SHOAL_DI_PAYLOAD_OFF), SHOAL_DI_PTRS(f->f_bsize),
 			     di->di_height, 0, bmap_span(f, di->di_height)) > 0)
 			dirty = 1;
 		fi->fi_blocks += bw->bw_count;
+	}
+	if ((type == S_IFREG || type == S_IFLNK) && di->di_size > (uint64_t)INT64_MAX) {
+		/* no file offset reaches it (off_t is signed): the largest size
+		 * that keeps every byte the file has */
+		uint64_t size = di->di_height ? bw->bw_end * f->f_bsize : SHOAL_DI_PAYLOAD(f->f_bsize);
+		if (fsck_problem(f, 1, "inode %llu: di_size %llu is 2^63 or more; setting it to %llu",
+				 ino, (unsigned long long)di->di_size, (unsigned long long)size)) {
+			di->di_size = size;
+			dirty = 1;
+		}
 	} else if (type != S_IFREG && type != S_IFLNK && type != S_IFDIR) {
 		if (di->di_height &&
 		    fsck_problem(f, 1, "inode %llu: %s has a block map (height %u); dropping it",

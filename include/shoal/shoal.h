@@ -207,6 +207,10 @@ int shoal_glevent_format(const struct shoal_glevent *ev, char *buf, size_t size)
 void shoal_glevent_vals(const struct shoal_glevent *ev, int64_t *vals);
 /* This node's journal (its slot in the cluster). */
 uint32_t shoal_journal_id(struct shoal_fs *fs);
+/* Nonzero once a metadata block failed its checks (the filesystem needs
+ * fsck.shoal); then the first such block and the inode that reached it (0 if
+ * not known). */
+int shoal_damage(struct shoal_fs *fs, uint64_t *blkno, uint64_t *ino);
 /* Why the mount went read-only, or NULL. */
 const char *shoal_error(struct shoal_fs *fs);
 /*
