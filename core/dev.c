@@ -52,7 +52,27 @@
  *      nothing of this node's writes made through dev_* lands after it
  *      returns (a write another thread is issuing at that moment, outside
  *      the queue and without fs_lock, is the exception: the lease's margin
- *      covers it, docs/LOCKING.md).
+ *      covers it, docs/LOCKING.md), and so does a write issued before its
+ *      lease ran out (8): it never lands after the lease is over;
+ *  (8) the lease: a cluster node may write only while its lease with lockd
+ *      runs, d_lease_until, on CLOCK_BOOTTIME (it counts while the process
+ *      is stopped and the machine suspended, as the lock server's clock
+ *      does).  Every write and flush is checked against it right before
+ *      it is submitted to the kernel (issue_write, dev_write_small,
+ *      dev_flush, the queue's writers, and callers writing dev_fd()
+ *      themselves), not by a flag another thread sets when it notices:
+ *      a node stopped past its lease that wakes up refuses its very next
+ *      write, before its timer thread has run.  The first refusal fences
+ *      the device (every later write fails too) and is counted
+ *      (ds_lease_refused).  The deadline is the send time of the newest
+ *      answered heartbeat + lease/2, and lockd declares the node dead no
+ *      earlier than its receipt + lease (docs/PROTOCOL.md): a write
+ *      submitted before the deadline has lease/2 to land;
+ *  (9) test hook: $SHOAL_TEST_WRITE_LOG names a file to which every
+ *      write and flush is appended, one line each (dev_log_io), with its
+ *      start and end time (CLOCK_BOOTTIME ns), place, lease deadline and
+ *      outcome, so a test can show that no write of a node landed after
+ *      its lease (tests/crash/t_cluster_pause.sh).
  */
 #include "dev.h"
 
@@ -60,10 +80,13 @@
 #include <fcntl.h>
 #include <linux/fs.h>
 #include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/ioctl.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #define DEV_PAGE 4096u		   /* no direct write shares a page with a buffered one */
@@ -72,6 +95,124 @@
 static void stat_add(uint64_t *ctr, uint64_t v)
 {
 	__atomic_fetch_add(ctr, v, __ATOMIC_RELAXED);
+}
+
+/* --- the lease (8) and the write log (9) ---------------------------------- */
+
+uint64_t dev_now_boot_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_BOOTTIME, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+static int wlog_fd = -1;
+static pthread_once_t wlog_once = PTHREAD_ONCE_INIT;
+
+static void wlog_open(void)
+{
+	const char *path = getenv("SHOAL_TEST_WRITE_LOG");
+
+	if (path && *path) {
+		wlog_fd = open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+		if (wlog_fd < 0)
+			fprintf(stderr, "shoal: SHOAL_TEST_WRITE_LOG %s: %s\n", path, strerror(errno));
+	}
+}
+
+/* One line, one write(2) on an O_APPEND file: lines never interleave. */
+static void wlog_line(const char *line, int len)
+{
+	if (len > 0 && write(wlog_fd, line, (size_t)len) < 0)
+		wlog_fd = -1; /* a test hook: stop rather than spam */
+}
+
+/*
+ * (9): kind 'W' a write, 'F' a flush: pid, start and end (BOOTTIME ns),
+ * offset, length, the lease deadline at the start (0: none, 1: given up)
+ * and the outcome (0 or -errno).
+ */
+void dev_log_io(struct shoal_dev *dev, char kind, uint64_t t0, uint64_t off, uint64_t len,
+		       int err)
+{
+	char line[200];
+
+	pthread_once(&wlog_once, wlog_open);
+	if (wlog_fd < 0)
+		return;
+	wlog_line(line, snprintf(line, sizeof(line), "%c %d %llu %llu %llu %llu %llu %d\n", kind,
+				 (int)getpid(), (unsigned long long)t0,
+				 (unsigned long long)dev_now_boot_ns(), (unsigned long long)off,
+				 (unsigned long long)len,
+				 (unsigned long long)__atomic_load_n(&dev->d_lease_until,
+								     __ATOMIC_RELAXED),
+				 err));
+}
+
+void dev_log_note(const char *fmt, ...)
+{
+	char line[300];
+	va_list ap;
+	int n;
+
+	pthread_once(&wlog_once, wlog_open);
+	if (wlog_fd < 0)
+		return;
+	n = snprintf(line, sizeof(line), "N %d %llu ", (int)getpid(),
+		     (unsigned long long)dev_now_boot_ns());
+	va_start(ap, fmt);
+	n += vsnprintf(line + n, sizeof(line) - (size_t)n - 1, fmt, ap);
+	va_end(ap);
+	if (n > (int)sizeof(line) - 2)
+		n = (int)sizeof(line) - 2;
+	line[n++] = '\n';
+	wlog_line(line, n);
+}
+
+void dev_set_lease(struct shoal_dev *dev, uint64_t deadline_ns)
+{
+	uint64_t cur = __atomic_load_n(&dev->d_lease_until, __ATOMIC_ACQUIRE);
+
+	do {
+		if (cur == DEV_LEASE_OVER)
+			return; /* given up for good */
+		if (deadline_ns != DEV_LEASE_OVER && cur != DEV_LEASE_NONE && deadline_ns <= cur)
+			return; /* only forward */
+	} while (!__atomic_compare_exchange_n(&dev->d_lease_until, &cur, deadline_ns, 0,
+					      __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE));
+}
+
+/* Does the lease run now (or is there none)?  No side effect. */
+static int lease_valid(struct shoal_dev *dev, uint64_t *late_ns)
+{
+	uint64_t until = __atomic_load_n(&dev->d_lease_until, __ATOMIC_ACQUIRE), now;
+
+	if (until == DEV_LEASE_NONE)
+		return 1;
+	now = dev_now_boot_ns();
+	if (late_ns)
+		*late_ns = now >= until ? now - until : 0;
+	return now < until;
+}
+
+int dev_lease_check(struct shoal_dev *dev)
+{
+	uint64_t late = 0;
+
+	if (lease_valid(dev, &late))
+		return 0;
+	__atomic_fetch_add(&dev->d_stats.ds_lease_refused, 1, __ATOMIC_RELAXED);
+	if (!__atomic_exchange_n(&dev->d_fenced, 1, __ATOMIC_SEQ_CST)) {
+		if (__atomic_load_n(&dev->d_lease_until, __ATOMIC_RELAXED) == DEV_LEASE_OVER)
+			fprintf(stderr, "shoal: write after the lease was given up: refused, "
+					"device fenced\n");
+		else
+			fprintf(stderr, "shoal: lease with lockd over for %llu ms: write refused, "
+					"device fenced (no write of this node may land now)\n",
+				(unsigned long long)(late / 1000000));
+	}
+	return -EIO;
 }
 
 static int file_pread(struct shoal_dev *dev, void *buf, size_t len, uint64_t off)
@@ -597,6 +738,8 @@ static int write_begin(struct shoal_dev *dev, size_t len, uint64_t off)
 		return -EIO;
 	if (off + len > dev->d_size || off + len < off)
 		return -EIO;
+	if (dev_lease_check(dev)) /* (8); checked again when it is issued */
+		return -EIO;
 	account_write(dev, len);
 	return 0;
 }
@@ -616,14 +759,20 @@ int dev_write(struct shoal_dev *dev, const void *buf, size_t len, uint64_t off)
 /* The write itself, after write_begin and the wait. */
 static int issue_write(struct shoal_dev *dev, const void *buf, size_t len, uint64_t off)
 {
-	int err;
+	uint64_t t0 = dev_now_boot_ns();
+	int err = dev_lease_check(dev); /* (8): right before the kernel has it */
 
+	if (err)
+		goto out;
 	if (dev->d_ops == &dev_file_ops && len >= DEV_DIRECT_MIN) {
 		err = file_pwrite_direct(dev, buf, len, off, DEV_PAGE);
 		if (err != -EINVAL)
-			return err;
+			goto out;
 	}
-	return dev->d_ops->pwrite(dev, buf, len, off);
+	err = dev->d_ops->pwrite(dev, buf, len, off);
+out:
+	dev_log_io(dev, 'W', t0, off, len, err);
+	return err;
 }
 
 int dev_write_small(struct shoal_dev *dev, const void *buf, size_t len, uint64_t off)
@@ -633,11 +782,16 @@ int dev_write_small(struct shoal_dev *dev, const void *buf, size_t len, uint64_t
 	if (err)
 		return err;
 	dev_wait_range(dev, off, len);
-	err = -EINVAL;
-	if (dev->d_ops == &dev_file_ops && len <= 65536)
-		err = file_pwrite_direct(dev, buf, len, off, 512);
-	if (err == -EINVAL)
-		err = dev->d_ops->pwrite(dev, buf, len, off); /* no O_DIRECT here */
+	uint64_t t0 = dev_now_boot_ns();
+	err = dev_lease_check(dev); /* (8) */
+	if (!err) {
+		err = -EINVAL;
+		if (dev->d_ops == &dev_file_ops && len <= 65536)
+			err = file_pwrite_direct(dev, buf, len, off, 512);
+		if (err == -EINVAL)
+			err = dev->d_ops->pwrite(dev, buf, len, off); /* no O_DIRECT here */
+	}
+	dev_log_io(dev, 'W', t0, off, len, err);
 	write_done(dev, err, off, len);
 	return err;
 }
@@ -662,8 +816,13 @@ int dev_flush(struct shoal_dev *dev)
 	} else {
 		gen = __atomic_load_n(&dev->d_write_gen, __ATOMIC_SEQ_CST);
 	}
-	stat_add(&dev->d_stats.ds_flushes, 1);
-	err = dev->d_ops->flush(dev);
+	uint64_t t0 = dev_now_boot_ns();
+	err = dev_lease_check(dev); /* (8) */
+	if (!err) {
+		stat_add(&dev->d_stats.ds_flushes, 1);
+		err = dev->d_ops->flush(dev);
+	}
+	dev_log_io(dev, 'F', t0, 0, 0, err);
 	if (err)
 		return err;
 	uint64_t cur = __atomic_load_n(&dev->d_flush_gen, __ATOMIC_SEQ_CST);
@@ -691,6 +850,7 @@ void dev_stats_get(struct shoal_dev *dev, struct shoal_dev_stats *out)
 	out->ds_writes = __atomic_load_n(&dev->d_stats.ds_writes, __ATOMIC_RELAXED);
 	out->ds_write_bytes = __atomic_load_n(&dev->d_stats.ds_write_bytes, __ATOMIC_RELAXED);
 	out->ds_flushes = __atomic_load_n(&dev->d_stats.ds_flushes, __ATOMIC_RELAXED);
+	out->ds_lease_refused = __atomic_load_n(&dev->d_stats.ds_lease_refused, __ATOMIC_RELAXED);
 }
 
 int dev_fd(struct shoal_dev *dev)
@@ -721,8 +881,9 @@ void dev_fence(struct shoal_dev *dev)
 	}
 	/* (7): buffered writes still in the kernel's page cache go now,
 	 * not whenever it would write them back (another node may own
-	 * those blocks by then); an error drops them as well */
-	if (!dev->d_readonly)
+	 * those blocks by then); an error drops them as well.  Not once
+	 * the lease is over (8): then nothing of this node's is sent */
+	if (!dev->d_readonly && lease_valid(dev, NULL))
 		(void)dev->d_ops->flush(dev);
 }
 

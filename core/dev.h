@@ -24,6 +24,7 @@ struct shoal_dev_stats {
 	uint64_t ds_write_bytes;
 	uint64_t ds_flushes;
 	uint64_t ds_queue_read_bytes; /* reads served from queued writes (dev.c (5)) */
+	uint64_t ds_lease_refused;    /* writes and flushes refused: lease over (dev.c (8)) */
 };
 
 struct shoal_dev {
@@ -38,7 +39,13 @@ struct shoal_dev {
 	int d_fenced;         /* atomic: self-fenced, every write fails */
 	int d_dfd;            /* the same file opened O_DIRECT, or -1 (dev.c (4)) */
 	struct dev_wb *d_wb;  /* write-behind (dev.c (5)), or NULL */
+	/* atomic: CLOCK_BOOTTIME ns until which this node may write (dev.c
+	 * (8)); DEV_LEASE_NONE: no lease (one node, lock=nolock) */
+	uint64_t d_lease_until;
 };
+
+#define DEV_LEASE_NONE 0
+#define DEV_LEASE_OVER 1 /* the lease was given up: no write any more */
 
 /* Open a regular file or block device.  size 0 means "use its size". */
 int dev_open(const char *path, int readonly, struct shoal_dev **out);
@@ -88,6 +95,25 @@ int dev_fd(struct shoal_dev *dev);
 /* Stop every write from now on (a node that lost its lock manager, or
  * withdrew after an error); returns once no queued write is being issued. */
 void dev_fence(struct shoal_dev *dev);
+/*
+ * The lease (dev.c (8)): this node may write until deadline_ns
+ * (CLOCK_BOOTTIME, dev_now_boot_ns).  The lock module moves it forward
+ * at every answered heartbeat (never back), and to DEV_LEASE_OVER when the
+ * node leaves or withdraws.  dev_lease_check is called right before every
+ * write and flush submitted to the device: 0 while the lease runs (or
+ * there is none), else the device is fenced, ds_lease_refused counted and
+ * -EIO returned.  A caller that writes dev_fd() itself calls it right
+ * before its write.
+ */
+void dev_set_lease(struct shoal_dev *dev, uint64_t deadline_ns);
+int dev_lease_check(struct shoal_dev *dev);
+uint64_t dev_now_boot_ns(void);
+/* Test hook: with $SHOAL_TEST_WRITE_LOG set, every write and flush this
+ * process submits is appended to that file with its time and lease state
+ * (dev.c (9)); dev_log_note adds a line of the caller's. */
+void dev_log_note(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+/* kind 'W' a write, 'F' a flush, begun at t0 (dev_now_boot_ns), outcome err */
+void dev_log_io(struct shoal_dev *dev, char kind, uint64_t t0, uint64_t off, uint64_t len, int err);
 /* Count I/O that a caller did itself on dev_fd() (a write bumps the
  * write generation, so fsync knows it needs a flush). */
 void dev_account(struct shoal_dev *dev, int write, uint64_t bytes);

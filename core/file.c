@@ -193,7 +193,11 @@ static int src_copy(struct shoal_fs *fs, const struct wsrc *src, uint64_t devoff
 	dev_wait_range(fs->fs_dev, devoff, len); /* the callback writes the fd itself */
 	if (__atomic_load_n(&fs->fs_dev->d_fenced, __ATOMIC_SEQ_CST))
 		return -EIO; /* fenced or withdrawn since the write began */
-	int err = src->ws_fn(src->ws_arg, src->ws_fd, devoff, len, srcoff);
+	uint64_t t0 = dev_now_boot_ns();
+	int err = dev_lease_check(fs->fs_dev); /* dev.c (8): right before the write */
+	if (!err)
+		err = src->ws_fn(src->ws_arg, src->ws_fd, devoff, len, srcoff);
+	dev_log_io(fs->fs_dev, 'W', t0, devoff, len, err);
 	if (!err)
 		dev_account(fs->fs_dev, 1, len);
 	return err;

@@ -11,7 +11,11 @@
  * Invariants:
  *  (1) lm_lock is only called without fs_lock unless it is a try-lock
  *      (glock.c (3)); lm_unlock never waits for lockd;
- *  (2) after the fence callback no write reaches the device (dev_fence).
+ *  (2) after the fence callback no write reaches the device (dev_fence);
+ *  (3) the device's lease (dev.c (8)) follows the client's: every answered
+ *      heartbeat moves it forward (cb_lease), and leaving lockd or
+ *      withdrawing ends it (DEV_LEASE_OVER): no write is submitted after
+ *      the lease lockd could give away, whatever thread notices first.
  */
 #include <errno.h>
 #include <stdio.h>
@@ -58,10 +62,19 @@ static void cb_fenced(void *arg, const char *why)
 	gl_fenced_cb(arg, why);
 }
 
+/* dev.c (8): the device checks this deadline at every write */
+static void cb_lease(void *arg, uint64_t until_ns)
+{
+	struct shoal_fs *fs = arg;
+
+	dev_set_lease(fs->fs_dev, until_ns);
+}
+
 static const struct lkc_ops shoal_lkc_ops = {
 	.bast = cb_bast,
 	.recover = cb_recover,
 	.fenced = cb_fenced,
+	.lease = cb_lease,
 };
 
 static int lks_mount(struct shoal_fs *fs, const char *table, const char *node,
@@ -100,6 +113,7 @@ static void lks_unmount(struct shoal_fs *fs)
 	if (fs->fs_lm_priv)
 		lkc_close(fs->fs_lm_priv);
 	fs->fs_lm_priv = NULL;
+	dev_set_lease(fs->fs_dev, DEV_LEASE_OVER); /* (3) */
 }
 
 static int shoal_lock(struct shoal_fs *fs, struct glock *gl, int state, int flags)
@@ -150,6 +164,7 @@ static void shoal_recovery_done(struct shoal_fs *fs, uint32_t index)
 static void lks_withdraw(struct shoal_fs *fs, const char *why)
 {
 	lkc_withdraw(fs->fs_lm_priv, why);
+	dev_set_lease(fs->fs_dev, DEV_LEASE_OVER); /* (3) */
 }
 
 const struct lm_ops lm_shoal_ops = {

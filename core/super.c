@@ -652,6 +652,7 @@ void shoal_counters(struct shoal_fs *fs, struct shoal_counters *out)
 	out->sc_dev_writes = ds.ds_writes;
 	out->sc_dev_write_bytes = ds.ds_write_bytes;
 	out->sc_dev_flushes = ds.ds_flushes;
+	out->sc_lease_refused = ds.ds_lease_refused;
 }
 
 int shoal_statfs(struct shoal_fs *fs, struct statvfs *sv)

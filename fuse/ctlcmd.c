@@ -66,6 +66,7 @@ static const struct {
 	COUNTER(dev_queue_read_bytes),
 	COUNTER(withdrawals),
 	COUNTER(recovery_errors),
+	COUNTER(lease_refused),
 };
 #define COUNTER_COUNT (sizeof(counter_names) / sizeof(counter_names[0]))
 _Static_assert(COUNTER_COUNT * sizeof(uint64_t) == sizeof(struct shoal_counters),

@@ -19,7 +19,12 @@
  *      JOIN) was handed to the sending side (at or before its send); the timer thread goes DOWN and calls
  *      ops->fenced no later than c_hb_ok + lease/2, and lockd declares the
  *      node dead no earlier than the receipt of that heartbeat + lease;
- *  (4) ops->fenced is called at most once, never after lkc_close began.
+ *  (4) ops->fenced is called at most once, never after lkc_close began;
+ *  (5) the lease: ops->lease hears, at the JOIN and at every answered
+ *      heartbeat, the CLOCK_BOOTTIME time until which the node may write:
+ *      that heartbeat's send time + lease/2 (the fencing deadline of (3),
+ *      on a clock that also counts while the process is stopped or the
+ *      machine suspended); it never moves back.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -37,6 +42,14 @@
 #include "lk_proto.h"
 #include "lk_sha256.h"
 #include "shoal/lockd.h"
+
+static uint64_t boot_now_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_BOOTTIME, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
 
 #define LKC_HANDSHAKE_MS 5000
 #define LKC_LEAVE_MS 2000
@@ -81,7 +94,9 @@ struct lkc {
 	struct {
 		uint32_t seq;
 		uint64_t sent;
+		uint64_t sent_boot; /* the same moment on CLOCK_BOOTTIME (5) */
 	} c_hb_ring[LKC_HB_RING];
+	uint64_t c_lease_until;	     /* (5): the newest deadline handed to ops->lease */
 	unsigned c_hb_next;
 	struct lkc_stats c_stats;
 
@@ -444,9 +459,18 @@ static int rx_frame(struct lkc *c, const uint8_t *f, size_t flen)
 		pthread_mutex_lock(&c->c_lock);
 		for (unsigned i = 0; i < LKC_HB_RING; i++) {
 			if (c->c_hb_ring[i].seq == seq && c->c_hb_ring[i].sent) {
+				uint64_t until = c->c_hb_ring[i].sent_boot + c->c_lease_ns / 2;
 				if (c->c_hb_ring[i].sent > c->c_hb_ok)
 					c->c_hb_ok = c->c_hb_ring[i].sent;
+				if (until > c->c_lease_until && c->c_state == LKC_UP)
+					c->c_lease_until = until;
+				else
+					until = 0;
 				c->c_hb_ring[i].sent = 0;
+				/* (5): under c_lock, so deadlines arrive in order;
+				 * ops->lease only stores a number */
+				if (until && c->c_ops && c->c_ops->lease)
+					c->c_ops->lease(c->c_arg, until);
 			}
 		}
 		pthread_mutex_unlock(&c->c_lock);
@@ -606,6 +630,7 @@ static void *timer_thread(void *arg)
 
 			c->c_hb_ring[slot].seq = seq;
 			c->c_hb_ring[slot].sent = now;
+			c->c_hb_ring[slot].sent_boot = boot_now_ns(); /* (5) */
 			c->c_hb_sent = now;
 			pthread_mutex_unlock(&c->c_lock);
 			send_heartbeat(c, seq, fence_at);
@@ -786,6 +811,7 @@ static int handshake(struct lkc *c, const struct lkp_addr *la, const struct lkc_
 	}
 	c->c_fd = fd;
 	c->c_hb_ok = c->c_hb_sent = lkp_now_ns(); /* JOIN counts as the first heartbeat */
+	c->c_lease_until = boot_now_ns(); /* + lease/2 once JOIN_OK tells the lease (5) */
 	rc = send_all(c, buf, len);
 	if (rc) {
 		snprintf(err, errlen, "send JOIN: %s", strerror(ENOTCONN));
@@ -912,6 +938,9 @@ int lkc_connect(const struct lkc_config *cfg, struct lkc **out, uint32_t *jid, u
 	}
 	c->c_lease_ns = lease * NS_PER_MS;
 	c->c_state = LKC_UP;
+	c->c_lease_until += c->c_lease_ns / 2; /* (5): the JOIN's heartbeat */
+	if (c->c_ops && c->c_ops->lease)
+		c->c_ops->lease(c->c_arg, c->c_lease_until);
 	rc = pthread_create(&c->c_rx, NULL, rx_thread, c);
 	if (rc) {
 		rc = -rc;

@@ -45,6 +45,13 @@ struct lkc_ops {
 	 * last heartbeat that was answered (before lockd can expire the lease);
 	 * earlier when the connection breaks.  Not called after lkc_close began. */
 	void (*fenced)(void *arg, const char *why);
+	/* optional: the node may write to the shared device until until_ns
+	 * (CLOCK_BOOTTIME): the send time of the newest answered heartbeat
+	 * (or the JOIN) + lease/2, the deadline fenced() also keeps.  Called
+	 * at the JOIN (before lkc_connect returns) and at every answered
+	 * heartbeat, from the receiver thread, with a later deadline each
+	 * time; it must only store the number. */
+	void (*lease)(void *arg, uint64_t until_ns);
 };
 
 struct lkc_config {

@@ -127,6 +127,7 @@ struct shoal_counters {
 	uint64_t sc_dev_queue_read_bytes; /* reads served from queued device writes */
 	uint64_t sc_withdrawals;     /* 1 once this cluster node withdrew after an error */
 	uint64_t sc_recovery_errors; /* replays of a dead node's journal that failed (retried) */
+	uint64_t sc_lease_refused;   /* writes refused because the lease with lockd was over */
 };
 
 /* mount/unmount: the device is owned by the fs once shoal_mount succeeds

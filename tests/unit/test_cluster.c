@@ -43,7 +43,10 @@
  *    is in its journal only; a turns read-only, fences its device and
  *    keeps its locks; b waits for a's lease and replays a's journal, then
  *    sees what a committed and not what failed; fsck is clean; the same
- *    when one of a's queued data writes fails after its write returned.
+ *    when one of a's queued data writes fails after its write returned;
+ *  - a stale writer: a stopped past its lease wakes after b replayed its
+ *    journal and syncs at once: it writes nothing (the lease is checked at
+ *    every write), and b's work stands a's next mount.
  *
  * fsck.shoal is found next to the test program's directory (build/tests/..
  * = build) or in $SHOAL_BUILD; without it the fsck checks are skipped with
@@ -1617,6 +1620,190 @@ static void test_killed_node_comes_back_alone(void **state)
  * a's new entries, and a later replay of a's journal would write over b's
  * changes.
  */
+/*
+ * A stale writer (issue 21): node a, in a child process, has changes in
+ * memory that no commit has written yet when it is stopped (SIGSTOP) for
+ * longer than its lease.  b waits for a's lease, replays a's journal and
+ * works on over a's files (a new name in a's directory, new bytes in a's
+ * file).  Then a is continued and at once writes over its file and
+ * syncs, before its timer thread can notice that it lost its lease: that
+ * must write nothing (the lease is checked at the write, dev.c (8)), and
+ * must fail.  b's work
+ * must survive a's unmount and a's next mount (which replays a's journal:
+ * a stale transaction there would put a's old directory back over b's),
+ * and fsck is clean.  Before the fix a's sync wrote its transaction and
+ * its data after b's recovery: b's file lost its new bytes or a's next
+ * mount dropped b's new name.
+ */
+#define ST_LEN (24 * KiB)
+
+static void stale_child(const char *img, const char *lock, int rfd, int wfd)
+{
+	struct shoal_mount_opts mo = {
+		.mo_lock = lock, .mo_node = "a", .mo_journal = -1, .mo_commit_secs = 3600,
+	};
+	char msg[256] = "D", go;
+	struct shoal_dev *dev;
+	struct shoal_fs *fs;
+	struct shoal_counters c0, c1;
+	struct stat st;
+	uint64_t root, dir, f;
+	uint8_t *buf = malloc(ST_LEN);
+	int err;
+
+	if (read(rfd, &go, 1) != 1)
+		_exit(2);
+	if (!buf || dev_open(img, 0, &dev)) {
+		snprintf(msg, sizeof(msg), "Edev_open");
+		goto report;
+	}
+	if (shoal_mount(dev, &mo, &fs)) {
+		snprintf(msg, sizeof(msg), "Emount: %s", shoal_mount_error());
+		goto report;
+	}
+	root = shoal_root(fs);
+	fill_pattern(buf, ST_LEN, 0, 61);
+	if (shoal_mkdir(fs, &root_ctx, root, "st", 0755, &st) ||
+	    (dir = st.st_ino, shoal_create(fs, &root_ctx, dir, "f", 0644, O_RDWR, &st)) ||
+	    (f = st.st_ino, shoal_write(fs, &root_ctx, f, buf, ST_LEN, 0, O_RDWR) != ST_LEN) ||
+	    shoal_fsync(fs, f, 0) || shoal_fsync(fs, dir, 0)) {
+		snprintf(msg, sizeof(msg), "Ework before the stop");
+		goto report;
+	}
+	/* in memory only: a new name */
+	if (shoal_create(fs, &root_ctx, dir, "stale", 0644, O_RDWR, &st)) {
+		snprintf(msg, sizeof(msg), "Ework in memory");
+		goto report;
+	}
+	shoal_counters(fs, &c0);
+	if (write(wfd, msg, strlen(msg) + 1) < 0)
+		_exit(3);
+	raise(SIGSTOP);
+	/* continued: write at once, as a process that does not know it
+	 * slept: new bytes over f (in place), then a commit */
+	fill_pattern(buf, ST_LEN, 0, 62);
+	err = (int)shoal_write(fs, &root_ctx, f, buf, ST_LEN, 0, O_RDWR);
+	if (err == ST_LEN)
+		err = shoal_sync(fs);
+	shoal_counters(fs, &c1);
+	snprintf(msg, sizeof(msg), "R %d %llu %llu", err,
+		 (unsigned long long)(c1.sc_dev_writes - c0.sc_dev_writes),
+		 (unsigned long long)c1.sc_lease_refused);
+	if (write(wfd, msg, strlen(msg) + 1) < 0)
+		_exit(3);
+	if (read(rfd, &go, 1) != 1)
+		_exit(2);
+	shoal_unmount(fs);
+	_exit(0);
+report:
+	if (write(wfd, msg, strlen(msg) + 1) < 0)
+		_exit(3);
+	for (;;)
+		pause();
+}
+
+static void test_stale_writer_after_recovery(void **state)
+{
+	struct cluster c;
+	struct shoal_fs *b, *a2;
+	char msg[256] = "";
+	int to_child[2], from_child[2], status, err, sync_err = 0;
+	unsigned long long writes = 0, refused = 0;
+	uint64_t root, dir, f;
+	ssize_t n;
+	pid_t pid;
+	(void)state;
+
+	cl_image(&c);
+	assert_int_equal(pipe(to_child), 0);
+	assert_int_equal(pipe(from_child), 0);
+	fflush(NULL);
+	pid = fork(); /* before this process has a thread */
+	assert_true(pid >= 0);
+	if (pid == 0) {
+		close(to_child[1]);
+		close(from_child[0]);
+		stale_child(c.c_img, c.c_lock, to_child[0], from_child[1]);
+	}
+	close(to_child[0]);
+	close(from_child[1]);
+	cl_lockd_start(&c, REC_LEASE_MS);
+	err = node_mount(&c, "b", &b);
+	if (err) {
+		kill(pid, SIGKILL);
+		waitpid(pid, NULL, 0);
+		fail_msg("mount of node b: %s", shoal_mount_error());
+	}
+	c.c_fs[1] = b;
+	c.c_n = 2;
+	root = shoal_root(b);
+
+	/* a works, then stops itself with changes in memory */
+	assert_int_equal(write(to_child[1], "g", 1), 1);
+	n = read(from_child[0], msg, sizeof(msg) - 1);
+	if (n <= 0 || msg[0] != 'D') {
+		kill(pid, SIGKILL);
+		waitpid(pid, NULL, 0);
+		fail_msg("node a (child): %s", n > 0 ? msg + 1 : "no report");
+	}
+	assert_int_equal(waitpid(pid, &status, WUNTRACED), pid);
+	assert_true(WIFSTOPPED(status));
+
+	/* b: waits for a's lease, replays a's journal, works on a's files */
+	dir = must_lookup(b, root, "st");
+	f = must_lookup(b, dir, "f");
+	assert_pattern(b, f, ST_LEN, 61);
+	assert_int_equal(lookup_ino(b, dir, "stale"), -ENOENT);
+	mkfile(b, dir, "nb", 5000, 64);
+	{
+		uint8_t *buf = malloc(ST_LEN);
+		assert_non_null(buf);
+		fill_pattern(buf, ST_LEN, 0, 63);
+		assert_int_equal(shoal_write(b, &root_ctx, f, buf, ST_LEN, 0, O_RDWR), ST_LEN);
+		free(buf);
+	}
+	assert_int_equal(shoal_fsync(b, f, 0), 0);
+	assert_int_equal(shoal_fsync(b, dir, 0), 0);
+
+	/* a wakes and writes at once: refused, nothing reaches the device */
+	kill(pid, SIGCONT);
+	n = read(from_child[0], msg, sizeof(msg) - 1);
+	if (n <= 0 || sscanf(msg, "R %d %llu %llu", &sync_err, &writes, &refused) != 3) {
+		kill(pid, SIGKILL);
+		waitpid(pid, NULL, 0);
+		fail_msg("node a (child) after SIGCONT: %s", n > 0 ? msg : "no report");
+	}
+	assert_int_equal(write(to_child[1], "u", 1), 1);
+	assert_int_equal(waitpid(pid, &status, 0), pid);
+	close(to_child[1]);
+	close(from_child[0]);
+	if (verbose())
+		fprintf(stderr, "  a after SIGCONT: write+sync %d, %llu device writes, %llu refused\n",
+			sync_err, writes, refused);
+	/* (refused counts the writes the lease check caught; 0 when the
+	 * timer thread happened to fence the device first) */
+	assert_true(sync_err < 0);
+	assert_int_equal(writes, 0);
+
+	/* b's work stands, and stands a's next mount (its own replay) */
+	assert_pattern(b, f, ST_LEN, 63);
+	assert_int_equal(lookup_ino(b, dir, "stale"), -ENOENT);
+	assert_int_equal(shoal_unmount(b), 0);
+	c.c_fs[1] = NULL;
+	if (node_mount(&c, "a", &a2))
+		fail_msg("node a mounts again: %s", shoal_mount_error());
+	c.c_fs[0] = a2;
+	dir = must_lookup(a2, root, "st");
+	assert_pattern(a2, must_lookup(a2, dir, "f"), ST_LEN, 63);
+	assert_pattern(a2, must_lookup(a2, dir, "nb"), 5000, 64);
+	assert_int_equal(lookup_ino(a2, dir, "stale"), -ENOENT);
+	tc_check_tree(a2, 0);
+	cl_unmount_all(&c);
+	cl_lockd_stop(&c);
+	cl_fsck(&c);
+	cl_fini(&c);
+}
+
 /* Node a mounted on dev (the caller's device handle, owned by the mount
  * from here on), then node b; both past their first look at the root.
  * The root's inode number. */
@@ -1892,6 +2079,7 @@ int main(void)
 		cmocka_unit_test(test_killed_node_comes_back_alone),
 		cmocka_unit_test(test_journal_option_in_cluster),
 		cmocka_unit_test(test_withdraw_after_write_error),
+		cmocka_unit_test(test_stale_writer_after_recovery),
 		cmocka_unit_test(test_withdraw_after_queued_write_error),
 		cmocka_unit_test(test_recovery_read_error),
 		cmocka_unit_test(test_parallel_mount),
