@@ -345,6 +345,14 @@ int shoal_mount(struct shoal_dev *dev, const struct shoal_mount_opts *opts,
 		err = -EPROTONOSUPPORT;
 		goto out_free;
 	}
+	if (fs->fs_opts.mo_node && strlen(fs->fs_opts.mo_node) >= sizeof(fs->fs_node)) {
+		/* cut, two names could become one */
+		snprintf(fs->fs_err, sizeof(fs->fs_err),
+			 "node name '%.40s...' is %zu bytes: a node name is 1 to %zu bytes",
+			 fs->fs_opts.mo_node, strlen(fs->fs_opts.mo_node), sizeof(fs->fs_node) - 1);
+		err = -ENAMETOOLONG;
+		goto out_free;
+	}
 	if (fs->fs_opts.mo_node)
 		snprintf(fs->fs_node, sizeof(fs->fs_node), "%s", fs->fs_opts.mo_node);
 	else

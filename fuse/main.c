@@ -231,8 +231,9 @@ static void parse_one(struct smount *sm, struct mount_args *ma, const char *opt)
 			die_usage("%s: want milliseconds, 0 to 10000", opt);
 		o->mo_hold_ms = (unsigned)n;
 	} else if (!strncmp(opt, "node=", 5)) {
-		if (!*val || strlen(val) >= sizeof(sm->sm_node))
-			die_usage("%s: bad node name", opt);
+		if (!*val || strlen(val) >= SHOAL_LOCKNAME_LEN)
+			die_usage("%s: a node name is 1 to 63 bytes (a longer one would be cut, "
+				  "and two names could become one)", opt);
 		strcpy(sm->sm_node, val);
 	} else if (!strcmp(opt, "noatime")) {
 		o->mo_atime = SHOAL_NOATIME;

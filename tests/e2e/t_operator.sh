@@ -138,7 +138,7 @@ check "... and the clean unmount left no heartbeat warning" bash -c "! grep -q w
 # --- defect 2: two lock servers for one disk -----------------------------------
 t_mkfs "$img" 96M -j 2 -J 4M -t "optest:$(basename "$t_dir" | tr -cd 'a-zA-Z0-9' | head -c 12)"
 for s in 1 2; do
-	"$T_LOCKD" -f --listen "unix:$t_dir/lk$s.sock" 2>"$t_dir/lockd$s.log" &
+	(umask 000 && exec "$T_LOCKD" -f --listen "unix:$t_dir/lk$s.sock" 2>"$t_dir/lockd$s.log") &
 	lockd_pids+=($!)
 done
 for _ in $(seq 100); do [ -S "$t_dir/lk1.sock" ] && [ -S "$t_dir/lk2.sock" ] && break; sleep 0.05; done
@@ -149,5 +149,23 @@ refused "defect 2: node b of a second lockd on the same disk elsewhere" \
 	"in use on another machine.*journal 0's heartbeat: node 'a'" \
 	"$T_MOUNT" -o "lock=shoal:unix:$t_dir/lk2.sock,node=b" "$dev" "$other"
 unchanged "two lock servers" "lock=shoal:unix:$t_dir/lk1.sock,node=a"
+
+# --- defect 6: --listen unix:PATH on a file that is not a socket -------------
+echo "precious" >"$t_dir/notasocket"
+refused "defect 6: shoal-lockd --listen unix:PATH where PATH is a regular file" \
+	"not a socket" timeout 10 "$T_LOCKD" -f --listen "unix:$t_dir/notasocket"
+check_eq "... the file is still there, unchanged" "precious" "$(cat "$t_dir/notasocket" 2>/dev/null)"
+check "... the socket of a running lockd is 0600 whatever the umask" \
+	bash -c "[ \"\$(stat -c %a '$t_dir/lk1.sock')\" = 600 ]"
+
+# --- defect 8: a node name longer than 63 bytes --------------------------------
+long=$(printf 'n%.0s' $(seq 64))
+refused "defect 8: node= of 64 bytes" "node name.*63 bytes" \
+	"$T_MOUNT" -o "lock=nolock,node=$long" "$img" "$other"
+refused "defect 8: node= of 64 bytes, cluster" "node name.*63 bytes" \
+	"$T_MOUNT" -o "lock=shoal:unix:$t_dir/lk1.sock,node=$long" "$img" "$other"
+rc=0
+t_fsck "$img" >"$t_dir/fsck.out" 2>&1 || rc=$?
+check_eq "fsck.shoal -n is clean after the refused node names" 0 "$rc"
 
 t_done
