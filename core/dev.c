@@ -72,7 +72,14 @@
  *      write and flush is appended, one line each (dev_log_io), with its
  *      start and end time (CLOCK_BOOTTIME ns), place, lease deadline and
  *      outcome, so a test can show that no write of a node landed after
- *      its lease (tests/crash/t_cluster_pause.sh).
+ *      its lease (tests/crash/t_cluster_pause.sh);
+ *  (10) dev_read_uncached and dev_write_uncached (the heartbeat, hb.c) go
+ *      around every page cache (O_DIRECT when the file allows it), so a
+ *      read sees what another machine wrote to the device a moment ago and
+ *      a write reaches the device at once; a write is counted, fenced (7)
+ *      and refused read-only like any other, but is not a write a flush
+ *      must cover (d_write_gen does not move): nothing orders it with the
+ *      journal, and it would cost an idle mount a flush per heartbeat.
  */
 #include "dev.h"
 
@@ -371,7 +378,8 @@ int dev_open(const char *path, int readonly, struct shoal_dev **out)
 	}
 	dev->d_ops = &dev_file_ops;
 	dev->d_fd = fd;
-	dev->d_dfd = readonly ? -1 : open(path, O_RDWR | O_DIRECT | O_CLOEXEC); /* tmpfs: -1 */
+	/* tmpfs: -1; read-only: only dev_read_uncached uses it (8) */
+	dev->d_dfd = open(path, (readonly ? O_RDONLY : O_RDWR) | O_DIRECT | O_CLOEXEC);
 	dev->d_readonly = readonly;
 	*out = dev;
 	return 0;
@@ -793,6 +801,56 @@ int dev_write_small(struct shoal_dev *dev, const void *buf, size_t len, uint64_t
 	}
 	dev_log_io(dev, 'W', t0, off, len, err);
 	write_done(dev, err, off, len);
+	return err;
+}
+
+/* (8): one aligned bounce buffer per call; these are rare and small. */
+int dev_read_uncached(struct shoal_dev *dev, void *buf, size_t len, uint64_t off)
+{
+	void *b;
+	ssize_t n;
+	int err;
+
+	if (off + len > dev->d_size || off + len < off)
+		return -EIO;
+	err = dev_wait_range(dev, off, len);
+	if (err)
+		return err;
+	stat_add(&dev->d_stats.ds_reads, 1);
+	stat_add(&dev->d_stats.ds_read_bytes, len);
+	if (dev->d_ops != &dev_file_ops || dev->d_dfd < 0 || !len || (len | off) & 511)
+		return dev->d_ops->pread(dev, buf, len, off);
+	if (posix_memalign(&b, 4096, len))
+		return -ENOMEM;
+	do
+		n = pread(dev->d_dfd, b, len, (off_t)off);
+	while (n < 0 && errno == EINTR);
+	if (n == (ssize_t)len)
+		memcpy(buf, b, len);
+	err = n < 0 ? -errno : n == (ssize_t)len ? 0 : -EIO;
+	free(b);
+	if (err == -EINVAL) /* the file takes no O_DIRECT after all */
+		err = dev->d_ops->pread(dev, buf, len, off);
+	return err;
+}
+
+int dev_write_uncached(struct shoal_dev *dev, const void *buf, size_t len, uint64_t off)
+{
+	int err = write_begin(dev, len, off);
+
+	if (err)
+		return err;
+	dev_wait_range(dev, off, len);
+	err = -EINVAL;
+	if (dev->d_ops == &dev_file_ops)
+		err = file_pwrite_direct(dev, buf, len, off, 512);
+	if (err == -EINVAL) {
+		/* no O_DIRECT here (tmpfs, a test's fault device): a buffered
+		 * write, synced, is what reaches the device */
+		err = dev->d_ops->pwrite(dev, buf, len, off);
+		if (!err)
+			err = dev->d_ops->flush(dev);
+	}
 	return err;
 }
 

@@ -87,6 +87,11 @@ int dev_wait_range(struct shoal_dev *dev, uint64_t off, uint64_t len);
 /* The first failure of a queued write (dev.c (5)), or 0. */
 int dev_wb_error(struct shoal_dev *dev);
 int dev_flush(struct shoal_dev *dev);
+/* Around every page cache, for the heartbeat (dev.c (8)): a read sees what
+ * another machine just wrote, a write is on the device when it returns;
+ * the write is not one dev_flush must cover. */
+int dev_read_uncached(struct shoal_dev *dev, void *buf, size_t len, uint64_t off);
+int dev_write_uncached(struct shoal_dev *dev, const void *buf, size_t len, uint64_t off);
 /* Flush only if something was written since the last flush. */
 int dev_flush_if_needed(struct shoal_dev *dev);
 void dev_stats_get(struct shoal_dev *dev, struct shoal_dev_stats *out);

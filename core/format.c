@@ -7,7 +7,9 @@
  *   0                 primary superblock
  *   1 .. J*JB         journals; journal j starts at 1 + j*JB, its block 0 is
  *                     the journal head, blocks 1..JB-1 its circular log
- *   1 + J*JB ...      resource groups of sb_rgblocks blocks (header included);
+ *   1 + J*JB          J + 1 heartbeat blocks (sb_hbfirst): journal j's at
+ *                     sb_hbfirst + j, the single-node mount's at + J
+ *   sb_rgfirst ...    resource groups of sb_rgblocks blocks (header included);
  *                     the last one may be short, and a trailing group shorter
  *                     than FMT_MIN_RG_BLOCKS is not created
  *   N-1               backup superblock
@@ -17,7 +19,8 @@
  *
  * Invariants:
  *  (1) only metadata blocks and the journals are written: the superblocks,
- *      the journal heads, the resource group headers and the root dinode,
+ *      the journal heads, the heartbeat blocks (CLEAN), the resource group
+ *      headers and the root dinode,
  *      and zeros over every journal's log, so that on a sparse image file a
  *      commit never lands in a hole (which would cost the host filesystem a
  *      journal commit of its own on every flush).  Data blocks keep whatever
@@ -61,6 +64,7 @@ struct fmt_layout {
 	uint32_t fl_jcount;
 	uint32_t fl_jblocks;
 	uint64_t fl_jfirst;
+	uint64_t fl_hbfirst; /* J + 1 heartbeat blocks */
 	uint64_t fl_rgfirst;
 	uint32_t fl_rgblocks;
 	uint32_t fl_rgcount;
@@ -129,7 +133,8 @@ static int fmt_plan(const struct shoal_dev *dev, const struct shoal_format_opts 
 
 	fl->fl_blocks = dev->d_size >> fl->fl_bshift;
 	fl->fl_jfirst = 1;
-	rgfirst = fl->fl_jfirst + (uint64_t)fl->fl_jcount * fl->fl_jblocks;
+	fl->fl_hbfirst = fl->fl_jfirst + (uint64_t)fl->fl_jcount * fl->fl_jblocks;
+	rgfirst = fl->fl_hbfirst + fl->fl_jcount + 1;
 	fl->fl_rgfirst = rgfirst;
 	fl->fl_rgblocks = SHOAL_RG_MAX_LENGTH(fl->fl_bsize) + 1;
 	/* Group i exists iff its FMT_MIN_RG_BLOCKS end before the backup at N-1. */
@@ -228,6 +233,26 @@ static int fmt_write_journals(struct shoal_dev *dev, const struct fmt_layout *fl
 	return 0;
 }
 
+/* Heartbeat blocks (FORMAT.md 11.5): CLEAN, nobody has them. */
+static int fmt_write_heartbeats(struct shoal_dev *dev, const struct fmt_layout *fl, void *b,
+				int64_t now)
+{
+	struct shoal_hbeat *hb = b;
+	int err;
+
+	for (uint32_t j = 0; j <= fl->fl_jcount; j++) {
+		memset(b, 0, fl->fl_bsize);
+		hb->hb_index = j;
+		hb->hb_state = SHOAL_HB_CLEAN;
+		hb->hb_time = now;
+		meta_seal(b, fl->fl_bsize, SHOAL_MT_HBEAT, fl->fl_hbfirst + j, 0);
+		err = fmt_write_block(dev, fl, b, fl->fl_hbfirst + j);
+		if (err)
+			return err;
+	}
+	return 0;
+}
+
 /* Resource group headers: every block FREE but the root dinode in group 0. */
 static int fmt_write_rgs(struct shoal_dev *dev, const struct fmt_layout *fl, void *b,
 			 const struct fmt_progress *fp)
@@ -295,7 +320,8 @@ static int fmt_fill_sb(const struct fmt_layout *fl, void *b, int64_t now, uint8_
 
 	memset(b, 0, fl->fl_bsize);
 	sb->sb_format = SHOAL_FORMAT;
-	sb->sb_feat_incompat = SHOAL_FEAT_INCOMPAT_FASTCOMMIT | SHOAL_FEAT_INCOMPAT_FCDATA;
+	sb->sb_feat_incompat = SHOAL_FEAT_INCOMPAT_FASTCOMMIT | SHOAL_FEAT_INCOMPAT_FCDATA |
+			       SHOAL_FEAT_INCOMPAT_HEARTBEAT;
 	sb->sb_bsize = fl->fl_bsize;
 	sb->sb_bsize_shift = fl->fl_bshift;
 	sb->sb_blocks = fl->fl_blocks;
@@ -313,6 +339,7 @@ static int fmt_fill_sb(const struct fmt_layout *fl, void *b, int64_t now, uint8_
 	sb->sb_jcount = fl->fl_jcount;
 	sb->sb_jblocks = fl->fl_jblocks;
 	sb->sb_rgfirst = fl->fl_rgfirst;
+	sb->sb_hbfirst = fl->fl_hbfirst;
 	sb->sb_rgcount = fl->fl_rgcount;
 	sb->sb_rgblocks = fl->fl_rgblocks;
 	err = fmt_random(&sb->sb_hash_seed, sizeof(sb->sb_hash_seed));
@@ -359,6 +386,8 @@ int shoal_format(struct shoal_dev *dev, const struct shoal_format_opts *opts,
 		goto out_free;
 
 	err = fmt_write_journals(dev, &fl, b, now.tv_sec);
+	if (!err)
+		err = fmt_write_heartbeats(dev, &fl, b, now.tv_sec);
 	if (err)
 		goto out_free;
 	fmt_report(&fp, fl.fl_rgfirst);

@@ -155,7 +155,8 @@ struct shoal_fs {
 	char fs_node[SHOAL_LOCKNAME_LEN];
 	int fs_ro;
 	int fs_aborted; /* a journal or shared-structure write failed (fs_error) */
-	char fs_err[160];
+	char fs_err[320];
+	struct hb_writer *fs_hb; /* this node's heartbeat (hb.c), or NULL */
 
 	pthread_mutex_t fs_lock;
 	struct shoal_bcache fs_bc;  /* fs_lock */

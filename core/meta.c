@@ -92,8 +92,16 @@ const char *meta_sb_insane(const struct shoal_sb *sb, uint64_t devsize)
 	last = sb->sb_blocks - 1;
 	if (sb->sb_jfirst != 1 || sb->sb_jcount == 0 || sb->sb_jblocks < 8)
 		return "bad journal geometry";
-	if (sb->sb_rgfirst != 1 + (uint64_t)sb->sb_jcount * sb->sb_jblocks)
+	if (sb->sb_feat_incompat & SHOAL_FEAT_INCOMPAT_HEARTBEAT) {
+		if (sb->sb_hbfirst != 1 + (uint64_t)sb->sb_jcount * sb->sb_jblocks)
+			return "sb_hbfirst does not follow the journals";
+		if (sb->sb_rgfirst != sb->sb_hbfirst + sb->sb_jcount + 1)
+			return "sb_rgfirst does not follow the heartbeat blocks";
+	} else if (sb->sb_hbfirst) {
+		return "sb_hbfirst set without the heartbeat feature";
+	} else if (sb->sb_rgfirst != 1 + (uint64_t)sb->sb_jcount * sb->sb_jblocks) {
 		return "sb_rgfirst does not follow the journals";
+	}
 	if (sb->sb_rgcount == 0 || sb->sb_rgblocks < 2 ||
 	    sb->sb_rgblocks > SHOAL_RG_MAX_LENGTH(bs) + 1)
 		return "bad resource group geometry";

@@ -26,6 +26,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "hb.h"
 #include "internal.h"
 #include "lock.h"
 #include "meta.h"
@@ -278,8 +279,55 @@ static void *commit_thread(void *arg)
 	return NULL;
 }
 
+/*
+ * Before the mount writes anything: is another machine using the disk
+ * behind the lock manager's back (hb.c)?  A single-node mount looks at
+ * every heartbeat block, a cluster node at its journal's and the
+ * single-node one.  Then this node's heartbeat starts.
+ */
+static int fs_heartbeat_start(struct shoal_fs *fs, uint32_t slot)
+{
+	uint32_t index = fs->fs_lm->lm_cluster ? slot : fs->fs_sb.sb_jcount;
+	unsigned ms = fs->fs_opts.mo_heartbeat_ms;
+	char msg[200];
+	int err;
+
+	if (!ms && hb_default_ms(&ms)) {
+		snprintf(fs->fs_err, sizeof(fs->fs_err),
+			 "SHOAL_HEARTBEAT_MS=%s: want milliseconds, %u to %u",
+			 getenv("SHOAL_HEARTBEAT_MS"), HB_MIN_MS, HB_MAX_MS);
+		return -EINVAL;
+	}
+	err = hb_check(fs->fs_dev, &fs->fs_sb, fs->fs_lm->lm_cluster ? slot : HB_ALL, 0, msg,
+		       sizeof(msg));
+	if (err == -EOPNOTSUPP) {
+		fprintf(stderr, "shoal: warning: this filesystem has no heartbeat blocks (an older "
+				"mkfs.shoal made it): a second machine writing it would not be "
+				"noticed\n");
+		return 0;
+	}
+	if (err == -EBUSY) {
+		snprintf(fs->fs_err, sizeof(fs->fs_err),
+			 "the filesystem is in use on another machine: %s", msg);
+		return err;
+	}
+	if (err < 0) {
+		snprintf(fs->fs_err, sizeof(fs->fs_err), "cannot read the heartbeat blocks: %s",
+			 strerror(-err));
+		return err;
+	}
+	if (err == 1)
+		fprintf(stderr, "shoal: %s; it did not change: a mount that crashed, taken over\n",
+			msg);
+	err = hb_start(fs->fs_dev, &fs->fs_sb, index, fs->fs_node, ms, &fs->fs_hb);
+	if (err)
+		snprintf(fs->fs_err, sizeof(fs->fs_err), "cannot start the heartbeat: %s",
+			 strerror(-err));
+	return err;
+}
+
 /* Why the last shoal_mount on this thread failed. */
-static __thread char mount_err[160];
+static __thread char mount_err[320];
 
 const char *shoal_mount_error(void)
 {
@@ -307,6 +355,14 @@ int shoal_mount(struct shoal_dev *dev, const struct shoal_mount_opts *opts,
 		snprintf(fs->fs_err, sizeof(fs->fs_err), "lock module '%s' is not available",
 			 fs->fs_opts.mo_lock);
 		err = -EPROTONOSUPPORT;
+		goto out_free;
+	}
+	if (fs->fs_opts.mo_node && strlen(fs->fs_opts.mo_node) >= sizeof(fs->fs_node)) {
+		/* cut, two names could become one */
+		snprintf(fs->fs_err, sizeof(fs->fs_err),
+			 "node name '%.40s...' is %zu bytes: a node name is 1 to %zu bytes",
+			 fs->fs_opts.mo_node, strlen(fs->fs_opts.mo_node), sizeof(fs->fs_node) - 1);
+		err = -ENAMETOOLONG;
 		goto out_free;
 	}
 	if (fs->fs_opts.mo_node)
@@ -362,6 +418,11 @@ int shoal_mount(struct shoal_dev *dev, const struct shoal_mount_opts *opts,
 		snprintf(fs->fs_err, sizeof(fs->fs_err), "journal %u does not exist", slot);
 		err = -EINVAL;
 		goto out_free;
+	}
+	if (!fs->fs_ro) {
+		err = fs_heartbeat_start(fs, slot);
+		if (err)
+			goto out_free;
 	}
 	fs->fs_ihmask = 65535; /* the kernel may hold 100,000s of inodes */
 	fs->fs_ihash = calloc(fs->fs_ihmask + 1, sizeof(*fs->fs_ihash));
@@ -460,6 +521,8 @@ out_bc:
 	dx_destroy(fs);
 	bc_destroy(fs);
 out_free:
+	if (fs->fs_hb)
+		hb_stop(fs->fs_hb, 1); /* before lockd may give the slot away */
 	gl_destroy(fs);
 	if (fs->fs_lm_priv)
 		fs->fs_lm->lm_unmount(fs);
@@ -578,6 +641,14 @@ int shoal_unmount(struct shoal_fs *fs)
 	/* no queued write lands once the locks are gone (a read-only mount
 	 * wrote no checkpoint, which would have waited for them) */
 	dev_wait_range(fs->fs_dev, 0, UINT64_MAX);
+	if (fs->fs_hb) {
+		/* the disk is free once the journal is CLEAN; before lockd
+		 * gives the slot to another node, which would wait else */
+		int e = hb_stop(fs->fs_hb, !fs->fs_aborted);
+		if (!err)
+			err = e;
+		fs->fs_hb = NULL;
+	}
 	jnl_release(fs); /* an aborted mount still holds them */
 	free_inodes(fs);
 	gl_destroy(fs);

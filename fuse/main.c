@@ -39,6 +39,7 @@
 #include "nodeids.h"
 
 #include "dev.h"
+#include "hb.h"
 
 #include <shoal/ctl.h>
 
@@ -107,6 +108,10 @@ static void usage(FILE *out)
 		"                         when reads update atime (default: relatime);\n"
 		"                         a read never locks more for it (docs/LOCKING.md)\n"
 		"  commit=SECONDS         journal commit interval (default 5; 0: default)\n"
+		"  heartbeat=MS           how often the mount rewrites its heartbeat block\n"
+		"                         on the disk (default 5000, or $SHOAL_HEARTBEAT_MS);\n"
+		"                         a mount, mkfs.shoal or fsck.shoal elsewhere that\n"
+		"                         sees it change refuses the disk (docs/FORMAT.md 11.5)\n"
 		"  cache=SIZE[K|M|G]      metadata buffer cache (default 256M)\n"
 		"  journal=N              journal slot (default: the lock module's choice;\n"
 		"                         with lock=shoal only the one lockd gives)\n"
@@ -226,8 +231,9 @@ static void parse_one(struct smount *sm, struct mount_args *ma, const char *opt)
 			die_usage("%s: want milliseconds, 0 to 10000", opt);
 		o->mo_hold_ms = (unsigned)n;
 	} else if (!strncmp(opt, "node=", 5)) {
-		if (!*val || strlen(val) >= sizeof(sm->sm_node))
-			die_usage("%s: bad node name", opt);
+		if (!*val || strlen(val) >= SHOAL_LOCKNAME_LEN)
+			die_usage("%s: a node name is 1 to 63 bytes (a longer one would be cut, "
+				  "and two names could become one)", opt);
 		strcpy(sm->sm_node, val);
 	} else if (!strcmp(opt, "noatime")) {
 		o->mo_atime = SHOAL_NOATIME;
@@ -235,6 +241,10 @@ static void parse_one(struct smount *sm, struct mount_args *ma, const char *opt)
 		o->mo_atime = SHOAL_RELATIME;
 	} else if (!strcmp(opt, "strictatime")) {
 		o->mo_atime = SHOAL_STRICTATIME;
+	} else if (!strncmp(opt, "heartbeat=", 10)) {
+		if (parse_size(val, 0, &n) < 0 || n < HB_MIN_MS || n > HB_MAX_MS)
+			die_usage("%s: want milliseconds, 100 to 60000", opt);
+		o->mo_heartbeat_ms = (unsigned)n;
 	} else if (!strncmp(opt, "commit=", 7)) {
 		if (parse_size(val, 0, &n) < 0 || n > 24 * 3600)
 			die_usage("%s: want seconds, 0 to 86400", opt);

@@ -68,6 +68,7 @@
 #include <sys/eventfd.h>
 #include <sys/random.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/un.h>
 #include <syslog.h>
 #include <unistd.h>
@@ -1404,11 +1405,25 @@ static int listen_one(struct lockd *d, const char *addr, char *err, size_t errle
 	}
 	if (!la.la_unix)
 		setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+	/* the socket file is 0600 whatever the caller's umask: whoever can
+	 * connect can join the cluster */
+	mode_t um = la.la_unix ? umask(0177) : 0;
 	rc = bind(fd, (struct sockaddr *)&la.la_ss, la.la_len);
 	if (rc && errno == EADDRINUSE && la.la_unix) {
-		/* a stale socket file: nobody answers on it */
+		/* a stale socket file: nobody answers on it; anything else
+		 * at that path is not ours to delete */
 		struct sockaddr_un *sun = (struct sockaddr_un *)&la.la_ss;
-		int probe = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+		struct stat st;
+		int probe;
+
+		if (lstat(sun->sun_path, &st) == 0 && !S_ISSOCK(st.st_mode)) {
+			umask(um);
+			snprintf(err, errlen, "listen %s: %s exists and is not a socket; not "
+					      "replacing it", addr, sun->sun_path);
+			close(fd);
+			return -EEXIST;
+		}
+		probe = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
 		if (probe >= 0 && connect(probe, (struct sockaddr *)sun, la.la_len) &&
 		    errno == ECONNREFUSED) {
 			unlink(sun->sun_path);
@@ -1418,6 +1433,11 @@ static int listen_one(struct lockd *d, const char *addr, char *err, size_t errle
 		}
 		if (probe >= 0)
 			close(probe);
+	}
+	if (la.la_unix) {
+		int e = errno;
+		umask(um);
+		errno = e;
 	}
 	if (rc || listen(fd, 128)) {
 		rc = -errno;

@@ -18,6 +18,10 @@
  *   6  bitmaps and free counts against what the walk found
  *
  * Invariants:
+ *  (0) with -y, nothing is written while another machine's heartbeat
+ *      changes (hb.c): a node that has the filesystem mounted refuses
+ *      the repair; while it runs, fsck keeps the single-node heartbeat
+ *      going, so a mount elsewhere refuses in turn.  -n only warns;
  *  (1) nothing is written to the device unless -y was given; with -n the
  *      journals are replayed into an in-memory overlay that every read sees,
  *      so the check judges the filesystem as the next mount will find it;
@@ -40,6 +44,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "hb.h"
 #include "meta.h"
 
 #define FSCK_MSG_LIMIT 50 /* problem lines per pass without -v */
@@ -496,12 +501,71 @@ out:
 
 /* --- driver --------------------------------------------------------------- */
 
+/*
+ * Invariant (0): is a node on some machine using the filesystem?  -y: 0 to
+ * go on (with this run's heartbeat started in *hw), else FSCK_EXIT_OPERR
+ * after saying why; -n: a warning at most.
+ */
+static int fsck_heartbeat(struct fsck *f, struct hb_writer **hw)
+{
+	struct shoal_sb sb;
+	char msg[200], node[SHOAL_LOCKNAME_LEN], host[SHOAL_LOCKNAME_LEN] = "";
+	unsigned ms;
+	int err;
+
+	*hw = NULL;
+	if (hb_read_sb(f->f_dev, &sb))
+		return 0; /* no valid primary: sb_load says what it finds */
+	err = hb_check(f->f_dev, &sb, HB_ALL, !f->f_yes, msg, sizeof(msg));
+	if (err == -EOPNOTSUPP) {
+		if (f->f_yes)
+			fprintf(stderr, "%s: %s: note: no heartbeat blocks (an older mkfs.shoal made "
+					"it): cannot tell whether another machine has it mounted\n",
+				FSCK_PROG, f->f_name);
+		return 0;
+	}
+	if (err == -EBUSY && !f->f_yes) {
+		fprintf(stderr, "%s: %s: warning: %s; if that node still has it mounted, this "
+				"check sees a filesystem that is changing\n",
+			FSCK_PROG, f->f_name, msg);
+		return 0;
+	}
+	if (err == -EBUSY) {
+		fprintf(stderr, "%s: %s: in use on another machine: %s; refusing to repair it "
+				"(unmount it there first)\n",
+			FSCK_PROG, f->f_name, msg);
+		return FSCK_EXIT_OPERR;
+	}
+	if (err < 0) {
+		fprintf(stderr, "%s: %s: heartbeat blocks: %s\n", FSCK_PROG, f->f_name,
+			strerror(-err));
+		return FSCK_EXIT_OPERR;
+	}
+	if (!f->f_yes)
+		return 0;
+	if (err == 1)
+		fprintf(stderr, "%s: %s: %s; it did not change: a mount that crashed\n", FSCK_PROG,
+			f->f_name, msg);
+	gethostname(host, sizeof(host) - 1);
+	snprintf(node, sizeof(node), "fsck.shoal@%.40s", host);
+	if (hb_default_ms(&ms))
+		ms = HB_DEFAULT_MS;
+	err = hb_start(f->f_dev, &sb, sb.sb_jcount, node, ms, hw);
+	if (err) {
+		fprintf(stderr, "%s: %s: cannot start the heartbeat: %s\n", FSCK_PROG, f->f_name,
+			strerror(-err));
+		return FSCK_EXIT_OPERR;
+	}
+	return 0;
+}
+
 static void usage(void)
 {
 	fprintf(stderr,
 		"usage: %s [-n | -y] [-f] [-v] DEVICE\n"
 		"  -n  check only, change nothing (the default)\n"
-		"  -y  repair every problem that can be repaired\n"
+		"  -y  repair every problem that can be repaired (refused while a node on\n"
+		"      some machine has it mounted: its heartbeat changes; -n warns)\n"
 		"  -f  force a full check (always done; accepted for compatibility)\n"
 		"  -v  report every problem and more detail\n"
 		"exit: 0 clean, 1 errors corrected, 4 errors left, 8 operational error\n",
@@ -556,6 +620,7 @@ static void fsck_free(struct fsck *f)
 int main(int argc, char **argv)
 {
 	struct fsck fs = { 0 }, *f = &fs;
+	struct hb_writer *hw;
 	int opt, no = 0, err, rc;
 
 	while ((opt = getopt(argc, argv, "nyfvh")) != -1) {
@@ -592,6 +657,11 @@ int main(int argc, char **argv)
 		fprintf(stderr, "%s: %s: %s\n", FSCK_PROG, f->f_name, strerror(-err));
 		return FSCK_EXIT_OPERR;
 	}
+	rc = fsck_heartbeat(f, &hw);
+	if (rc) {
+		dev_close(f->f_dev);
+		return rc;
+	}
 	fsck_pass(f, 1, "superblock, journals and resource groups");
 	err = sb_load(f);
 	if (!err)
@@ -626,6 +696,8 @@ int main(int argc, char **argv)
 		if (ferr)
 			fsck_operr(f, "flush", ferr);
 	}
+	if (hw && hb_stop(hw, 1))
+		fsck_operr(f, "heartbeat", -EIO); /* hb.c said what failed */
 	if (err || f->f_operr) {
 		if (err && !f->f_operr && err != -EINVAL)
 			fprintf(stderr, "%s: %s: %s\n", FSCK_PROG, f->f_name, strerror(-err));

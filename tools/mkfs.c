@@ -9,7 +9,10 @@
  *      written, so a refused run leaves it as it was;
  *  (2) without -f, a device that holds a shoal superblock, or any filesystem
  *      or partition table libblkid knows, is never written;
- *  (3) an image file this run created is removed again if the run fails.
+ *  (3) an image file this run created is removed again if the run fails;
+ *  (4) with or without -f, a shoal filesystem whose heartbeat (hb.c)
+ *      changes while mkfs watches it is in use on some machine, and is
+ *      never written.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -27,6 +30,7 @@
 #include <blkid/blkid.h>
 
 #include "dev.h"
+#include "hb.h"
 #include "shoal/ondisk.h"
 #include "shoal/shoal.h"
 
@@ -71,6 +75,9 @@ static void usage(FILE *f)
 		"  -t CLUSTER:FSNAME lock table name (default shoal:shoal, at most 63 bytes)\n"
 		"  -b BLOCK_SIZE     block size: 1024, 2048, 4096 (default), ... 65536\n"
 		"  -f                overwrite an existing filesystem; allow shrinking an image\n"
+		"                    (never one mounted on some machine: a shoal filesystem\n"
+		"                    whose heartbeat changes while mkfs watches it, a few\n"
+		"                    seconds, is refused)\n"
 		"  -q                quiet: print errors only\n"
 		"  -h                show this help\n"
 		"\n"
@@ -211,6 +218,34 @@ static void parse_args(int argc, char **argv, struct mkfs_args *a)
 		snprintf(buf, sizeof(buf), "%u", MKFS_MIN_JBLOCKS * a->ma_bsize);
 		die_usage("-J: a journal needs at least 256 blocks (%s bytes)", buf);
 	}
+}
+
+/*
+ * Invariant 4: refuse a shoal filesystem that a node on some machine has
+ * mounted (its heartbeat changes); a crashed node's stale one is no reason.
+ */
+static void check_heartbeat(const struct mkfs_args *a)
+{
+	struct shoal_dev *dev;
+	struct shoal_sb sb;
+	char msg[200];
+	int err;
+
+	err = dev_open(a->ma_path, 1, &dev);
+	if (err)
+		die_errno(a->ma_path, -err);
+	err = hb_read_sb(dev, &sb);
+	if (!err)
+		err = hb_check(dev, &sb, HB_ALL, 0, msg, sizeof(msg));
+	dev_close(dev);
+	if (err == -EBUSY) {
+		fprintf(stderr, PROG ": %s: the shoal filesystem on it is in use on another "
+				     "machine: %s; refusing to format it (unmount it there first)\n",
+			a->ma_path, msg);
+		exit(EXIT_ERR);
+	}
+	if (err < 0 && err != -ENOENT && err != -EOPNOTSUPP)
+		die_errno(a->ma_path, -err);
 }
 
 /*
@@ -414,7 +449,8 @@ int main(int argc, char **argv)
 
 	if (!a.ma_jbytes)
 		a.ma_jbytes = shoal_default_jbytes(size, a.ma_journals, a.ma_bsize);
-	min = ((uint64_t)a.ma_journals * (a.ma_jbytes / a.ma_bsize) + 2 + MKFS_MIN_RG_BLOCKS) *
+	/* superblocks, journals, heartbeat blocks, one group */
+	min = ((uint64_t)a.ma_journals * (a.ma_jbytes / a.ma_bsize + 1) + 3 + MKFS_MIN_RG_BLOCKS) *
 	      a.ma_bsize;
 	if (size < min) {
 		char hmin[32];
@@ -427,6 +463,8 @@ int main(int argc, char **argv)
 	}
 	if (cur && !a.ma_force)
 		check_existing(&a, cur);
+	if (cur)
+		check_heartbeat(&a);
 
 	/* From here on the device is changed. */
 	if (!exists) {

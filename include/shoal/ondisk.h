@@ -47,7 +47,8 @@ enum shoal_mtype {
 	SHOAL_MT_JHEAD = 8,    /* journal header (first block of a journal) */
 	SHOAL_MT_LDESC = 9,    /* log descriptor */
 	SHOAL_MT_LFAST = 10,   /* fast-commit log block (SHOAL_FEAT_INCOMPAT_FASTCOMMIT) */
-	SHOAL_MT_MAX = 11,
+	SHOAL_MT_HBEAT = 11,   /* heartbeat block (SHOAL_FEAT_INCOMPAT_HEARTBEAT) */
+	SHOAL_MT_MAX = 12,
 };
 
 /* Common header of every metadata block: 32 bytes. */
@@ -76,7 +77,13 @@ struct shoal_mh {
  * replay applies a transaction's fast-commit blocks only when its commit
  * is not in the log (FORMAT.md 11.4) */
 #define SHOAL_FEAT_INCOMPAT_FCDATA 0x2ull
-#define SHOAL_FEAT_INCOMPAT_SUPP (SHOAL_FEAT_INCOMPAT_FASTCOMMIT | SHOAL_FEAT_INCOMPAT_FCDATA)
+/* sb_jcount + 1 heartbeat blocks follow the journals (FORMAT.md 11.5): a
+ * program that does not write them would defeat the protection they give,
+ * so it must not mount the filesystem at all (as ext4's MMP) */
+#define SHOAL_FEAT_INCOMPAT_HEARTBEAT 0x4ull
+#define SHOAL_FEAT_INCOMPAT_SUPP                                                        \
+	(SHOAL_FEAT_INCOMPAT_FASTCOMMIT | SHOAL_FEAT_INCOMPAT_FCDATA |                   \
+	 SHOAL_FEAT_INCOMPAT_HEARTBEAT)
 #define SHOAL_FEAT_RO_COMPAT_SUPP 0ull
 
 struct shoal_sb {
@@ -101,7 +108,8 @@ struct shoal_sb {
 	uint32_t sb_rgblocks; /* blocks per resource group, header included */
 	uint64_t sb_hash_seed; /* seed of the directory name hash */
 	int64_t sb_ctime;      /* seconds since the epoch at mkfs */
-	uint64_t sb_pad[8];
+	uint64_t sb_hbfirst;   /* first heartbeat block (HEARTBEAT), else 0 */
+	uint64_t sb_pad[7];
 };
 
 /* --- resource groups --------------------------------------------------- */
@@ -309,7 +317,34 @@ struct shoal_lfrec {
 #define SHOAL_FR_DATA 0x1u
 #define SHOAL_LFREC_SIZE(len) (16u + (((uint32_t)(len) + 7u) & ~7u))
 
+/*
+ * Heartbeat block (FORMAT.md 11.5): one per journal slot, at sb_hbfirst + j,
+ * and one for a single-node (lock=nolock) mount at sb_hbfirst + sb_jcount.
+ * A mounted node rewrites its block every hb_interval_ms with hb_seq + 1;
+ * a program that finds a block LIVE and sees it change over about two
+ * intervals knows a writer it cannot see is using the filesystem.
+ */
+enum shoal_hb_state {
+	SHOAL_HB_CLEAN = 0, /* nobody uses the slot (mkfs, a clean unmount) */
+	SHOAL_HB_LIVE = 1,  /* a node has it mounted (or crashed with it mounted) */
+};
+struct shoal_hbeat {
+	struct shoal_mh hb_header; /* type SHOAL_MT_HBEAT, mh_seq 0 */
+	uint32_t hb_index;         /* j, or sb_jcount for the single-node block */
+	uint32_t hb_state;         /* enum shoal_hb_state */
+	uint64_t hb_seq;           /* bumped by every update */
+	int64_t hb_time;           /* last update, seconds since the epoch */
+	uint32_t hb_interval_ms;   /* the writer's update period */
+	uint32_t hb_pad0;
+	char hb_node[SHOAL_LOCKNAME_LEN]; /* the writer's node name, NUL padded */
+	uint64_t hb_pad[4];
+};
+
 _Static_assert(sizeof(struct shoal_mh) == 32, "mh");
+_Static_assert(offsetof(struct shoal_sb, sb_hbfirst) == 248, "sb hbfirst");
+_Static_assert(sizeof(struct shoal_sb) == 312, "sb");
+_Static_assert(offsetof(struct shoal_hbeat, hb_node) == 64, "hbeat node");
+_Static_assert(sizeof(struct shoal_hbeat) == 160, "hbeat");
 _Static_assert(offsetof(struct shoal_sb, sb_format) == 32, "sb");
 _Static_assert(offsetof(struct shoal_sb, sb_uuid) == 80, "sb uuid");
 _Static_assert(offsetof(struct shoal_sb, sb_root) == 192, "sb root");

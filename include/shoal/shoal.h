@@ -39,6 +39,7 @@ struct shoal_mount_opts {
 				  * (a cluster mount refuses any other than its) */
 	const char *mo_secret;   /* lock=shoal: file with the cluster's secret */
 	unsigned mo_hold_ms;     /* longest adaptive minimum glock hold; 0: none */
+	unsigned mo_heartbeat_ms; /* heartbeat period; 0: $SHOAL_HEARTBEAT_MS or 5000 */
 	/* The kernel's caches of ino must go (another node takes its glock):
 	 * called from a thread that serves no request, before the glock is
 	 * released; NULL: nothing caches outside libshoal. */

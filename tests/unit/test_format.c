@@ -37,6 +37,7 @@ struct expect {
 	uint64_t ex_blocks;
 	uint32_t ex_journals;
 	uint64_t ex_jblocks;
+	uint64_t ex_hbfirst;
 	uint64_t ex_rgfirst;
 	uint64_t ex_rgblocks;
 	uint32_t ex_rgcount;
@@ -54,7 +55,9 @@ static void expect_layout(struct expect *ex, uint64_t dev_size, const struct sho
 	ex->ex_jblocks = (fo->fo_jbytes ? fo->fo_jbytes
 					: shoal_default_jbytes(dev_size, ex->ex_journals, ex->ex_bsize)) /
 			 ex->ex_bsize;
-	ex->ex_rgfirst = 1 + ex->ex_journals * ex->ex_jblocks;
+	/* J + 1 heartbeat blocks between the journals and group 0 */
+	ex->ex_hbfirst = 1 + ex->ex_journals * ex->ex_jblocks;
+	ex->ex_rgfirst = ex->ex_hbfirst + ex->ex_journals + 1;
 	ex->ex_rgblocks = (ex->ex_bsize - 96) * 4 + 1;
 	ex->ex_locktable = fo->fo_locktable ? fo->fo_locktable : "shoal:shoal";
 	ex->ex_lockproto = fo->fo_lockproto ? fo->fo_lockproto : "shoal";
@@ -107,7 +110,8 @@ static void verify_sb(struct shoal_dev *dev, const struct expect *ex, uint8_t *b
 	assert_int_equal(sb->sb_blocks, ex->ex_blocks);
 	assert_int_equal(sb->sb_feat_compat, 0);
 	assert_int_equal(sb->sb_feat_incompat,
-			 SHOAL_FEAT_INCOMPAT_FASTCOMMIT | SHOAL_FEAT_INCOMPAT_FCDATA);
+			 SHOAL_FEAT_INCOMPAT_FASTCOMMIT | SHOAL_FEAT_INCOMPAT_FCDATA |
+				 SHOAL_FEAT_INCOMPAT_HEARTBEAT);
 	assert_int_equal(sb->sb_feat_ro_compat, 0);
 	assert_false(all_zero(sb->sb_uuid, 16));
 	assert_int_equal(sb->sb_uuid[6] >> 4, 4); /* random (version 4) uuid */
@@ -123,6 +127,7 @@ static void verify_sb(struct shoal_dev *dev, const struct expect *ex, uint8_t *b
 	assert_int_equal(sb->sb_jcount, ex->ex_journals);
 	assert_int_equal(sb->sb_jblocks, ex->ex_jblocks);
 	assert_int_equal(sb->sb_rgfirst, ex->ex_rgfirst);
+	assert_int_equal(sb->sb_hbfirst, ex->ex_hbfirst);
 	assert_int_equal(sb->sb_rgcount, ex->ex_rgcount);
 	assert_int_equal(sb->sb_rgblocks, ex->ex_rgblocks);
 	assert_int_equal(sb->sb_rgblocks, SHOAL_RG_MAX_LENGTH(B) + 1);
@@ -130,6 +135,20 @@ static void verify_sb(struct shoal_dev *dev, const struct expect *ex, uint8_t *b
 	assert_in_range(sb->sb_ctime, t0, time(NULL) + 1);
 	assert_true(all_zero(sb->sb_pad, sizeof(sb->sb_pad)));
 	assert_true(all_zero(b + sizeof(*sb), B - sizeof(*sb)));
+}
+
+/* Every heartbeat block CLEAN, valid at its address, naming its slot. */
+static void verify_heartbeats(struct shoal_dev *dev, const struct expect *ex, uint8_t *b)
+{
+	const struct shoal_hbeat *hb = (const void *)b;
+
+	for (uint32_t j = 0; j <= ex->ex_journals; j++) {
+		read_block(dev, ex->ex_bsize, ex->ex_hbfirst + j, b);
+		assert_int_equal(meta_check(b, ex->ex_bsize, SHOAL_MT_HBEAT, ex->ex_hbfirst + j), 0);
+		assert_int_equal(hb->hb_index, j);
+		assert_int_equal(hb->hb_state, SHOAL_HB_CLEAN);
+		assert_true(all_zero(hb->hb_node, sizeof(hb->hb_node)));
+	}
 }
 
 static void verify_journals(struct shoal_dev *dev, const struct expect *ex, uint8_t *b,
@@ -245,6 +264,7 @@ static void format_and_verify(uint64_t size, struct shoal_format_opts *fo)
 	verify_sb(dev, &ex, b, b2, t0);
 	assert_memory_equal(((struct shoal_sb *)b)->sb_uuid, fi.fi_uuid, 16);
 	verify_journals(dev, &ex, b, t0);
+	verify_heartbeats(dev, &ex, b);
 	verify_rgs(dev, &ex, b);
 	verify_root(dev, &ex, b, t0);
 
@@ -379,8 +399,9 @@ static void test_trailing_group(void **state)
 					.fo_jbytes = 256 * 1024 };
 	struct shoal_format_info fi;
 	struct shoal_dev *dev;
-	/* rgfirst = 257, sb_rgblocks = 3713: group 1's header is block 3970 */
-	const uint64_t hdr1 = 257 + 3713;
+	/* rgfirst = 257 + 2 heartbeat blocks, sb_rgblocks = 3713: group 1's
+	 * header is block 3972 */
+	const uint64_t hdr1 = 259 + 3713;
 	char *path;
 
 	path = tu_tmpimage((hdr1 + 64 + 1) * 1024);
@@ -475,8 +496,9 @@ static void test_too_small(void **state)
 {
 	struct shoal_format_opts fo = { .fo_bsize = 1024, .fo_journals = 1,
 					.fo_jbytes = 256 * 1024 };
-	/* superblock + journal + one group of 64 blocks + backup superblock */
-	const uint64_t min = (1 + 256 + 64 + 1) * 1024;
+	/* superblock + journal + 2 heartbeat blocks + one group of 64 blocks +
+	 * backup superblock */
+	const uint64_t min = (1 + 256 + 2 + 64 + 1) * 1024;
 
 	assert_int_equal(try_format(min, &fo), 0);
 	assert_int_equal(try_format(min - 1, &fo), -ENOSPC);
@@ -501,7 +523,7 @@ static void test_writes_only_metadata(void **state)
 	static const char marker[] = "stale block";
 	const uint64_t size = 2 * GiB;
 	const uint64_t jb = 128 * MiB / 4096; /* default journal blocks here */
-	const uint64_t rgfirst = 1 + 2 * jb;
+	const uint64_t rgfirst = 1 + 2 * jb + 3; /* 3 heartbeat blocks */
 	const struct {
 		uint64_t blk;
 		int kept;
@@ -527,9 +549,10 @@ static void test_writes_only_metadata(void **state)
 	assert_int_equal(shoal_format(dev, NULL, &fi), 0);
 	assert_int_equal(fi.fi_jblocks, jb);
 	dev_stats_get(dev, &ds);
-	/* block 0 twice, journal heads and logs, group headers, root, backup */
+	/* block 0 twice, journal heads and logs, heartbeats, group headers,
+	 * root, backup */
 	assert_true(ds.ds_write_bytes <=
-		    (uint64_t)(2 + 2 * jb + fi.fi_rgcount + 1 + 1) * 4096);
+		    (uint64_t)(2 + 2 * jb + 3 + fi.fi_rgcount + 1 + 1) * 4096);
 	assert_true(ds.ds_flushes >= 1);
 	for (size_t i = 0; i < sizeof(probes) / sizeof(probes[0]); i++) {
 		assert_int_equal(dev_read(dev, buf, sizeof(buf), probes[i].blk * 4096), 0);

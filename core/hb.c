@@ -1,0 +1,413 @@
+/*
+ * hb.c - the on-disk heartbeat, after ext4's multiple-mount protection: a
+ * lock manager only protects nodes that talk to it, so a writer that uses
+ * the disk behind its back (a second machine mounting with lock=nolock, a
+ * second lockd, mkfs or fsck run elsewhere) is found on the disk itself.
+ *
+ * Owns the heartbeat blocks of FORMAT.md 11.5 and the thread that rewrites
+ * this node's one.  Invariants:
+ *  (1) a mounted node writes exactly one block, once per period: its
+ *      journal's (cluster) or the single-node block (lock=nolock), with
+ *      hb_seq one more than the last time; nothing else of the node writes
+ *      any heartbeat block;
+ *  (2) every heartbeat read and write goes around the page caches
+ *      (dev_read_uncached, dev_write_uncached), so what another machine
+ *      wrote a moment ago is what is read;
+ *  (3) hb_check refuses (-EBUSY) only on a change it saw: a LIVE block that
+ *      stays the same for longer than two of its writer's periods belongs
+ *      to a writer that is gone (crashed), and may be taken over;
+ *  (4) before each write the thread reads its block back: a block that is
+ *      not what it wrote last means a second writer took it over, and the
+ *      node stops writing to the device at once (dev_fence) and says so;
+ *      so does a failed write.  Either way the heartbeat stops, so other
+ *      machines may take over after the check interval.
+ *
+ * A race is left: two programs that check the same CLEAN block at the same
+ * moment both start; (4) finds it at the first period (documented in
+ * README's safety section).
+ */
+#include <errno.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <time.h>
+
+#include "hb.h"
+#include "meta.h"
+
+struct hb_writer {
+	struct shoal_dev *hw_dev;
+	uint64_t hw_addr; /* byte offset of the block */
+	uint32_t hw_bsize;
+	uint32_t hw_index;
+	unsigned hw_ms;
+	void *hw_buf;  /* the block as last written; owned by the thread */
+	void *hw_read; /* what is read back */
+	pthread_t hw_thread;
+	pthread_mutex_t hw_lock;
+	pthread_cond_t hw_cond;
+	int hw_stop;   /* protected by hw_lock */
+	int hw_failed; /* atomic: the thread gave up, (4) */
+	int hw_err;    /* the failure; read after the join */
+};
+
+static int64_t hb_now(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_REALTIME, &ts);
+	return ts.tv_sec;
+}
+
+static void hb_fmt_time(int64_t t, char *buf, size_t len)
+{
+	time_t tt = (time_t)t;
+	struct tm tm;
+
+	if (!localtime_r(&tt, &tm) || !strftime(buf, len, "%Y-%m-%d %H:%M:%S", &tm))
+		snprintf(buf, len, "%lld", (long long)t);
+}
+
+static const char *hb_what(const struct shoal_sb *sb, uint32_t index, char *buf, size_t len)
+{
+	if (index == sb->sb_jcount)
+		snprintf(buf, len, "single-node (lock=nolock) heartbeat");
+	else
+		snprintf(buf, len, "journal %u's heartbeat", index);
+	return buf;
+}
+
+/* One line about the writer of block b (index): who and when. */
+static void hb_describe(const struct shoal_sb *sb, uint32_t index, const void *b, int valid,
+			char *msg, size_t msglen)
+{
+	const struct shoal_hbeat *hb = b;
+	char when[40], what[48];
+
+	hb_what(sb, index, what, sizeof(what));
+	if (!valid) {
+		snprintf(msg, msglen, "%s (block %llu) is not a valid heartbeat block", what,
+			 (unsigned long long)(sb->sb_hbfirst + index));
+		return;
+	}
+	hb_fmt_time(hb->hb_time, when, sizeof(when));
+	snprintf(msg, msglen, "%s: node '%.*s', last update %s (sequence %llu, every %u ms)", what,
+		 (int)sizeof(hb->hb_node), hb->hb_node, when, (unsigned long long)hb->hb_seq,
+		 hb->hb_interval_ms);
+}
+
+static int hb_valid(const struct shoal_sb *sb, uint32_t index, const void *b)
+{
+	const struct shoal_hbeat *hb = b;
+
+	return !meta_check(b, sb->sb_bsize, SHOAL_MT_HBEAT, sb->sb_hbfirst + index) &&
+	       hb->hb_index == index;
+}
+
+static int hb_read(struct shoal_dev *dev, const struct shoal_sb *sb, uint32_t index, void *b)
+{
+	return dev_read_uncached(dev, b, sb->sb_bsize, (sb->sb_hbfirst + index) * sb->sb_bsize);
+}
+
+static void hb_sleep_ms(unsigned ms)
+{
+	struct timespec ts = { .tv_sec = ms / 1000, .tv_nsec = (long)(ms % 1000) * 1000000 };
+
+	while (nanosleep(&ts, &ts) < 0 && errno == EINTR)
+		;
+}
+
+static uint64_t hb_mono_ms(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
+int hb_check(struct shoal_dev *dev, const struct shoal_sb *sb, uint32_t slot, int nowait,
+	     char *msg, size_t msglen)
+{
+	uint32_t idx[2], n = 0, live = 0, period = 0;
+	uint8_t *first = NULL, *now = NULL;
+	uint32_t bs = sb->sb_bsize, count;
+	int err = 0;
+
+	msg[0] = '\0';
+	if (!(sb->sb_feat_incompat & SHOAL_FEAT_INCOMPAT_HEARTBEAT))
+		return -EOPNOTSUPP;
+	if (slot != HB_ALL) {
+		if (slot >= sb->sb_jcount)
+			return -EINVAL;
+		idx[n++] = slot;
+		idx[n++] = sb->sb_jcount;
+	}
+	count = slot == HB_ALL ? sb->sb_jcount + 1 : n;
+	first = malloc((size_t)count * bs);
+	now = malloc(bs);
+	if (!first || !now) {
+		err = -ENOMEM;
+		goto out;
+	}
+	for (uint32_t i = 0; i < count; i++) {
+		uint32_t index = slot == HB_ALL ? i : idx[i];
+		const struct shoal_hbeat *hb = (const void *)(first + (size_t)i * bs);
+
+		err = hb_read(dev, sb, index, first + (size_t)i * bs);
+		if (err)
+			goto out;
+		if (hb_valid(sb, index, hb) && hb->hb_state == SHOAL_HB_CLEAN)
+			continue;
+		if (!live++)
+			hb_describe(sb, index, hb, hb_valid(sb, index, hb), msg, msglen);
+		if (hb_valid(sb, index, hb)) {
+			uint32_t ms = hb->hb_interval_ms;
+			ms = ms < HB_MIN_MS ? HB_MIN_MS : ms > HB_MAX_MS ? HB_MAX_MS : ms;
+			period = ms > period ? ms : period;
+		}
+	}
+	if (!live)
+		goto out; /* 0 */
+	if (nowait) {
+		err = -EBUSY;
+		goto out;
+	}
+	/* (3): a live writer rewrites its block within one period; two and a
+	 * bit leave room for a late one.  Bounded: period <= HB_MAX_MS. */
+	if (!period)
+		period = HB_DEFAULT_MS;
+	uint64_t deadline = hb_mono_ms() + 2ull * period + (period < 1000 ? period : 1000);
+	unsigned step = period / 4 < 50 ? 50 : period / 4;
+	for (;;) {
+		hb_sleep_ms(step);
+		for (uint32_t i = 0; i < count; i++) {
+			uint32_t index = slot == HB_ALL ? i : idx[i];
+			const uint8_t *was = first + (size_t)i * bs;
+
+			err = hb_read(dev, sb, index, now);
+			if (err)
+				goto out;
+			if (memcmp(was, now, bs)) {
+				hb_describe(sb, index, now, hb_valid(sb, index, now), msg, msglen);
+				err = -EBUSY;
+				goto out;
+			}
+		}
+		if (hb_mono_ms() >= deadline)
+			break;
+	}
+	err = 1; /* stale: msg describes the first LIVE block */
+out:
+	free(first);
+	free(now);
+	return err;
+}
+
+int hb_default_ms(unsigned *ms)
+{
+	const char *s = getenv("SHOAL_HEARTBEAT_MS");
+	char *end;
+	unsigned long v;
+
+	*ms = HB_DEFAULT_MS;
+	if (!s || !*s)
+		return 0;
+	errno = 0;
+	v = strtoul(s, &end, 10);
+	if (errno || *end || v < HB_MIN_MS || v > HB_MAX_MS)
+		return -EINVAL;
+	*ms = (unsigned)v;
+	return 0;
+}
+
+/* Seal the next state of the block into hw_buf and write it. */
+static int hb_write(struct hb_writer *w, uint32_t state)
+{
+	struct shoal_hbeat *hb = w->hw_buf;
+
+	hb->hb_seq++;
+	hb->hb_state = state;
+	hb->hb_time = hb_now();
+	meta_seal(w->hw_buf, w->hw_bsize, SHOAL_MT_HBEAT, w->hw_addr / w->hw_bsize, 0);
+	return dev_write_uncached(w->hw_dev, w->hw_buf, w->hw_bsize, w->hw_addr);
+}
+
+static void hb_fail(struct hb_writer *w, int err, const char *why)
+{
+	const struct shoal_hbeat *other = w->hw_read;
+
+	if (err == -EBUSY)
+		fprintf(stderr,
+			"shoal: heartbeat block %llu was rewritten by node '%.*s' (sequence %llu): "
+			"another machine is using this filesystem; stopping every write to the "
+			"device\n",
+			(unsigned long long)(w->hw_addr / w->hw_bsize), (int)sizeof(other->hb_node),
+			other->hb_node, (unsigned long long)other->hb_seq);
+	else
+		fprintf(stderr,
+			"shoal: heartbeat block %llu: %s: %s; stopping every write to the device "
+			"(another machine may take the filesystem over)\n",
+			(unsigned long long)(w->hw_addr / w->hw_bsize), why, strerror(-err));
+	w->hw_err = err;
+	dev_fence(w->hw_dev);
+	__atomic_store_n(&w->hw_failed, 1, __ATOMIC_SEQ_CST);
+}
+
+static void *hb_thread(void *arg)
+{
+	struct hb_writer *w = arg;
+	struct timespec ts;
+	int err;
+
+	pthread_mutex_lock(&w->hw_lock);
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	while (!w->hw_stop) {
+		ts.tv_sec += w->hw_ms / 1000;
+		ts.tv_nsec += (long)(w->hw_ms % 1000) * 1000000;
+		if (ts.tv_nsec >= 1000000000) {
+			ts.tv_sec++;
+			ts.tv_nsec -= 1000000000;
+		}
+		while (!w->hw_stop && pthread_cond_timedwait(&w->hw_cond, &w->hw_lock, &ts) == 0)
+			;
+		if (w->hw_stop)
+			break;
+		pthread_mutex_unlock(&w->hw_lock);
+		/* (4): still ours? */
+		err = dev_read_uncached(w->hw_dev, w->hw_read, w->hw_bsize, w->hw_addr);
+		if (err) {
+			hb_fail(w, err, "cannot read it back");
+		} else if (memcmp(w->hw_read, w->hw_buf, w->hw_bsize)) {
+			hb_fail(w, -EBUSY, NULL);
+		} else {
+			err = hb_write(w, SHOAL_HB_LIVE);
+			if (err)
+				hb_fail(w, err, "cannot write it");
+		}
+		pthread_mutex_lock(&w->hw_lock);
+		if (w->hw_failed)
+			break;
+		clock_gettime(CLOCK_MONOTONIC, &ts); /* no burst after a slow write */
+	}
+	pthread_mutex_unlock(&w->hw_lock);
+	return NULL;
+}
+
+int hb_start(struct shoal_dev *dev, const struct shoal_sb *sb, uint32_t index,
+	     const char *node, unsigned ms, struct hb_writer **out)
+{
+	struct hb_writer *w = calloc(1, sizeof(*w));
+	struct shoal_hbeat *hb;
+	pthread_condattr_t ca;
+	uint64_t seq = 0;
+	int err;
+
+	if (!w)
+		return -ENOMEM;
+	w->hw_dev = dev;
+	w->hw_bsize = sb->sb_bsize;
+	w->hw_index = index;
+	w->hw_addr = (sb->sb_hbfirst + index) * sb->sb_bsize;
+	w->hw_ms = ms;
+	if (posix_memalign(&w->hw_buf, 4096, w->hw_bsize) ||
+	    posix_memalign(&w->hw_read, 4096, w->hw_bsize)) {
+		err = -ENOMEM;
+		goto out_free;
+	}
+	memset(w->hw_buf, 0, w->hw_bsize);
+	hb = w->hw_buf;
+	/* a random start: two writers racing for one block (hb.c's race)
+	 * never write the same sequence */
+	if (getrandom(&seq, sizeof(seq), 0) != sizeof(seq))
+		seq = (uint64_t)hb_now() << 16;
+	hb->hb_seq = seq & ((1ull << 48) - 1);
+	hb->hb_index = index;
+	hb->hb_interval_ms = ms;
+	snprintf(hb->hb_node, sizeof(hb->hb_node), "%s", node);
+	err = hb_write(w, SHOAL_HB_LIVE);
+	if (err)
+		goto out_free;
+	pthread_mutex_init(&w->hw_lock, NULL);
+	pthread_condattr_init(&ca);
+	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+	pthread_cond_init(&w->hw_cond, &ca);
+	pthread_condattr_destroy(&ca);
+	err = -pthread_create(&w->hw_thread, NULL, hb_thread, w);
+	if (err) {
+		pthread_cond_destroy(&w->hw_cond);
+		pthread_mutex_destroy(&w->hw_lock);
+		goto out_free;
+	}
+	*out = w;
+	return 0;
+out_free:
+	free(w->hw_buf);
+	free(w->hw_read);
+	free(w);
+	return err;
+}
+
+int hb_failed(struct hb_writer *w)
+{
+	return __atomic_load_n(&w->hw_failed, __ATOMIC_SEQ_CST);
+}
+
+int hb_stop(struct hb_writer *w, int clean)
+{
+	int err;
+
+	pthread_mutex_lock(&w->hw_lock);
+	w->hw_stop = 1;
+	pthread_cond_signal(&w->hw_cond);
+	pthread_mutex_unlock(&w->hw_lock);
+	pthread_join(w->hw_thread, NULL);
+	err = w->hw_err;
+	if (!err && clean) {
+		err = hb_write(w, SHOAL_HB_CLEAN);
+		if (err)
+			fprintf(stderr,
+				"shoal: heartbeat block %llu: cannot mark it clean: %s (the next "
+				"mount waits to see it is not in use)\n",
+				(unsigned long long)(w->hw_addr / w->hw_bsize), strerror(-err));
+	}
+	pthread_cond_destroy(&w->hw_cond);
+	pthread_mutex_destroy(&w->hw_lock);
+	free(w->hw_buf);
+	free(w->hw_read);
+	free(w);
+	return err;
+}
+
+int hb_read_sb(struct shoal_dev *dev, struct shoal_sb *sb)
+{
+	uint8_t first[1024];
+	const struct shoal_sb *s = (const void *)first;
+	void *b;
+	int err;
+
+	if (dev->d_size < sizeof(first))
+		return -ENOENT;
+	err = dev_read_uncached(dev, first, sizeof(first), 0);
+	if (err)
+		return err;
+	if (s->sb_header.mh_magic != SHOAL_MAGIC || s->sb_header.mh_type != SHOAL_MT_SB ||
+	    s->sb_bsize < SHOAL_MIN_BSIZE || s->sb_bsize > SHOAL_MAX_BSIZE ||
+	    (s->sb_bsize & (s->sb_bsize - 1)) || s->sb_bsize > dev->d_size)
+		return -ENOENT;
+	b = malloc(s->sb_bsize);
+	if (!b)
+		return -ENOMEM;
+	err = dev_read_uncached(dev, b, s->sb_bsize, 0);
+	if (!err && meta_check(b, s->sb_bsize, SHOAL_MT_SB, 0))
+		err = -ENOENT;
+	if (!err) {
+		memcpy(sb, b, sizeof(*sb));
+		/* the heartbeat blocks must lie on the device */
+		if ((sb->sb_feat_incompat & SHOAL_FEAT_INCOMPAT_HEARTBEAT) &&
+		    (sb->sb_jcount == 0 || sb->sb_jcount > 256 ||
+		     (sb->sb_hbfirst + sb->sb_jcount + 1) * sb->sb_bsize > dev->d_size))
+			err = -ENOENT;
+	}
+	free(b);
+	return err;
+}
