@@ -20,19 +20,34 @@
  *      not what it wrote last means a second writer took it over, and the
  *      node stops writing to the device at once (dev_fence) and says so;
  *      so does a failed write.  Either way the heartbeat stops, so other
- *      machines may take over after the check interval.
+ *      machines may take over after the check interval;
+ *  (5) the watch of (3) is skipped for a writer whose fate is known: the
+ *      block names this machine (its boot id), this pid namespace and a
+ *      process (pid and start time).  That process gone, replaced by
+ *      another with its pid, or left with no thread that can run: the
+ *      block is taken over at once.  Running: -EBUSY at once.  Stopped
+ *      (SIGSTOP): watched, as a paused node a lock manager may have fenced
+ *      and replaced must not block its replacement.  This process
+ *      itself: running if one of its writers wrote the block, else gone (a
+ *      mount torn down without its clean mark).  A writer in another
+ *      container or on another machine is always watched.
  *
  * A race is left: two programs that check the same CLEAN block at the same
  * moment both start; (4) finds it at the first period (documented in
  * README's safety section).
  */
 #include <errno.h>
+#include <inttypes.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <dirent.h>
+#include <fcntl.h>
 #include <sys/random.h>
+#include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "hb.h"
 #include "meta.h"
@@ -51,7 +66,11 @@ struct hb_writer {
 	int hw_stop;   /* protected by hw_lock */
 	int hw_failed; /* atomic: the thread gave up, (4) */
 	int hw_err;    /* the failure; read after the join */
+	uint64_t hw_seq0; /* the sequence of the first write, (5) */
+	struct hb_writer *hw_next; /* on hb_live, under hb_live_lock */
 };
+
+static void hb_unlist(struct hb_writer *w);
 
 static int64_t hb_now(void)
 {
@@ -125,10 +144,144 @@ static uint64_t hb_mono_ms(void)
 	return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
 }
 
+/* --- (5): a writer on this machine that is gone ------------------------- */
+
+static pthread_mutex_t hb_live_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct hb_writer *hb_live; /* this process's running writers */
+
+/* This machine's boot id and this process's pid namespace; -1 if either
+ * cannot be known (then nothing is ever taken for gone). */
+static int hb_host(uint8_t boot[16], uint64_t *pidns)
+{
+	char text[64];
+	struct stat st;
+	unsigned n = 0;
+	ssize_t len;
+	int fd;
+
+	fd = open("/proc/sys/kernel/random/boot_id", O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return -1;
+	len = read(fd, text, sizeof(text) - 1);
+	close(fd);
+	if (len <= 0)
+		return -1;
+	text[len] = '\0';
+	for (const char *c = text; *c && *c != '\n' && n < 32; c++) {
+		unsigned v;
+
+		if (*c == '-')
+			continue;
+		if (*c >= '0' && *c <= '9')
+			v = (unsigned)(*c - '0');
+		else if (*c >= 'a' && *c <= 'f')
+			v = (unsigned)(*c - 'a' + 10);
+		else
+			return -1;
+		boot[n / 2] = (uint8_t)(n % 2 ? boot[n / 2] | v : v << 4);
+		n++;
+	}
+	if (n != 32 || stat("/proc/self/ns/pid", &st))
+		return -1;
+	*pidns = (uint64_t)st.st_ino;
+	return 0;
+}
+
+/* The start time of process pid (clock ticks after boot, field 22 of
+ * /proc/PID/stat), and whether a thread of it can still run: 2 one runs
+ * (a zombie leader with live threads does), 1 the live ones are stopped, 0
+ * none is left (zombies).  0, or -ENOENT: no such process. */
+static int hb_proc(pid_t pid, uint64_t *start, int *runs)
+{
+	char path[64], line[1024];
+	struct dirent *de;
+	const char *f;
+	ssize_t len;
+	DIR *d;
+	int fd;
+
+	snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+	fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return errno == ENOENT || errno == ESRCH ? -ENOENT : -errno;
+	len = read(fd, line, sizeof(line) - 1);
+	close(fd);
+	if (len <= 0)
+		return -ENOENT;
+	line[len] = '\0';
+	f = strrchr(line, ')');
+	for (int field = 2; f && field < 22; field++) /* field 2 ends at f */
+		f = strchr(f + 1, ' ');
+	if (!f || sscanf(f + 1, "%" SCNu64, start) != 1)
+		return -EIO;
+	*runs = 0;
+	snprintf(path, sizeof(path), "/proc/%d/task", (int)pid);
+	d = opendir(path);
+	if (!d)
+		return errno == ENOENT ? -ENOENT : -errno;
+	while (!*runs && (de = readdir(d))) {
+		const char *state;
+
+		if (de->d_name[0] == '.')
+			continue;
+		snprintf(path, sizeof(path), "/proc/%d/task/%.20s/stat", (int)pid, de->d_name);
+		fd = open(path, O_RDONLY | O_CLOEXEC);
+		if (fd < 0)
+			continue; /* the thread is gone */
+		len = read(fd, line, sizeof(line) - 1);
+		close(fd);
+		if (len <= 0)
+			continue;
+		line[len] = '\0';
+		state = strrchr(line, ')');
+		if (!state || strlen(state) < 3 || !strchr("ZXTt", state[2]))
+			*runs = 2; /* running, sleeping, in I/O: it can write */
+		else if (state[2] == 'T' || state[2] == 't')
+			*runs = 1; /* stopped: it can write once continued */
+	}
+	closedir(d);
+	return 0;
+}
+
+enum hb_owner { HB_UNKNOWN, HB_GONE, HB_RUNNING };
+
+/* (5): what is known of the writer of LIVE block hb from this machine */
+static enum hb_owner hb_owner(const struct shoal_hbeat *hb)
+{
+	static const uint8_t zero[16];
+	uint8_t boot[16];
+	uint64_t pidns, start;
+	int mine = 0, runs, err;
+
+	if (!hb->hb_pid || !memcmp(hb->hb_boot, zero, sizeof(zero)) || hb_host(boot, &pidns) ||
+	    memcmp(boot, hb->hb_boot, sizeof(boot)) || pidns != hb->hb_pidns)
+		return HB_UNKNOWN;
+	if ((pid_t)hb->hb_pid != getpid()) {
+		err = hb_proc((pid_t)hb->hb_pid, &start, &runs);
+		if (err == -ENOENT || (!err && (start != hb->hb_pstart || !runs)))
+			return HB_GONE; /* no such process, another one, or a zombie */
+		/* stopped: a paused node a lock manager may have fenced and
+		 * replaced; watched as one on another machine is */
+		return !err && runs == 2 ? HB_RUNNING : HB_UNKNOWN;
+	}
+	/* this process: one of its writers?  hw_seq0 and the node never
+	 * change while a writer is on the list */
+	pthread_mutex_lock(&hb_live_lock);
+	for (struct hb_writer *w = hb_live; w && !mine; w = w->hw_next) {
+		const struct shoal_hbeat *own = w->hw_buf;
+
+		mine = w->hw_index == hb->hb_index && hb->hb_seq >= w->hw_seq0 &&
+		       hb->hb_seq - w->hw_seq0 < (1ull << 40) &&
+		       !strncmp(own->hb_node, hb->hb_node, sizeof(hb->hb_node));
+	}
+	pthread_mutex_unlock(&hb_live_lock);
+	return mine ? HB_RUNNING : HB_GONE;
+}
+
 int hb_check(struct shoal_dev *dev, const struct shoal_sb *sb, uint32_t slot, int nowait,
 	     char *msg, size_t msglen)
 {
-	uint32_t idx[2], n = 0, live = 0, period = 0;
+	uint32_t idx[2], n = 0, live = 0, gone = 0, period = 0;
 	uint8_t *first = NULL, *now = NULL;
 	uint32_t bs = sb->sb_bsize, count;
 	int err = 0;
@@ -162,12 +315,35 @@ int hb_check(struct shoal_dev *dev, const struct shoal_sb *sb, uint32_t slot, in
 			hb_describe(sb, index, hb, hb_valid(sb, index, hb), msg, msglen);
 		if (hb_valid(sb, index, hb)) {
 			uint32_t ms = hb->hb_interval_ms;
+
+			enum hb_owner o = hb_owner(hb);
+
+			if (o == HB_RUNNING) { /* (5): no need to watch */
+				size_t used = strlen(msg);
+
+				if (live == 1)
+					snprintf(msg + used, msglen - used,
+						 "; its process %u on this machine is running",
+						 hb->hb_pid);
+				else
+					hb_describe(sb, index, hb, 1, msg, msglen);
+				err = -EBUSY;
+				goto out;
+			}
+			gone += o == HB_GONE;
 			ms = ms < HB_MIN_MS ? HB_MIN_MS : ms > HB_MAX_MS ? HB_MAX_MS : ms;
 			period = ms > period ? ms : period;
 		}
 	}
 	if (!live)
 		goto out; /* 0 */
+	if (gone == live) { /* (5): no need to watch */
+		size_t used = strlen(msg);
+
+		snprintf(msg + used, msglen - used, "; its process on this machine is gone");
+		err = 1;
+		goto out;
+	}
 	if (nowait) {
 		err = -EBUSY;
 		goto out;
@@ -300,7 +476,7 @@ int hb_start(struct shoal_dev *dev, const struct shoal_sb *sb, uint32_t index,
 	struct shoal_hbeat *hb;
 	pthread_condattr_t ca;
 	uint64_t seq = 0;
-	int err;
+	int err, runs;
 
 	if (!w)
 		return -ENOMEM;
@@ -324,9 +500,18 @@ int hb_start(struct shoal_dev *dev, const struct shoal_sb *sb, uint32_t index,
 	hb->hb_index = index;
 	hb->hb_interval_ms = ms;
 	snprintf(hb->hb_node, sizeof(hb->hb_node), "%s", node);
+	if (!hb_host(hb->hb_boot, &hb->hb_pidns) && !hb_proc(getpid(), &hb->hb_pstart, &runs))
+		hb->hb_pid = (uint32_t)getpid();
+	else
+		memset(hb->hb_boot, 0, sizeof(hb->hb_boot)); /* (5) never applies */
+	w->hw_seq0 = hb->hb_seq + 1; /* hb_write bumps it */
+	pthread_mutex_lock(&hb_live_lock); /* (5): before the block names us */
+	w->hw_next = hb_live;
+	hb_live = w;
+	pthread_mutex_unlock(&hb_live_lock);
 	err = hb_write(w, SHOAL_HB_LIVE);
 	if (err)
-		goto out_free;
+		goto out_unlist;
 	pthread_mutex_init(&w->hw_lock, NULL);
 	pthread_condattr_init(&ca);
 	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
@@ -336,15 +521,29 @@ int hb_start(struct shoal_dev *dev, const struct shoal_sb *sb, uint32_t index,
 	if (err) {
 		pthread_cond_destroy(&w->hw_cond);
 		pthread_mutex_destroy(&w->hw_lock);
-		goto out_free;
+		goto out_unlist;
 	}
 	*out = w;
 	return 0;
+out_unlist:
+	hb_unlist(w);
 out_free:
 	free(w->hw_buf);
 	free(w->hw_read);
 	free(w);
 	return err;
+}
+
+static void hb_unlist(struct hb_writer *w)
+{
+	pthread_mutex_lock(&hb_live_lock);
+	for (struct hb_writer **p = &hb_live; *p; p = &(*p)->hw_next) {
+		if (*p == w) {
+			*p = w->hw_next;
+			break;
+		}
+	}
+	pthread_mutex_unlock(&hb_live_lock);
 }
 
 int hb_failed(struct hb_writer *w)
@@ -370,6 +569,7 @@ int hb_stop(struct hb_writer *w, int clean)
 				"mount waits to see it is not in use)\n",
 				(unsigned long long)(w->hw_addr / w->hw_bsize), strerror(-err));
 	}
+	hb_unlist(w);
 	pthread_cond_destroy(&w->hw_cond);
 	pthread_mutex_destroy(&w->hw_lock);
 	free(w->hw_buf);

@@ -335,15 +335,18 @@ struct shoal_hbeat {
 	uint64_t hb_seq;           /* bumped by every update */
 	int64_t hb_time;           /* last update, seconds since the epoch */
 	uint32_t hb_interval_ms;   /* the writer's update period */
-	uint32_t hb_pad0;
+	uint32_t hb_pid;           /* the writer's process id, 0: not known */
 	char hb_node[SHOAL_LOCKNAME_LEN]; /* the writer's node name, NUL padded */
-	uint64_t hb_pad[4];
+	uint8_t hb_boot[16];       /* the writer's machine: its boot id, 0: not known */
+	uint64_t hb_pidns;         /* the writer's pid namespace (inode number) */
+	uint64_t hb_pstart;        /* the writer's process start, clock ticks after boot */
 };
 
 _Static_assert(sizeof(struct shoal_mh) == 32, "mh");
 _Static_assert(offsetof(struct shoal_sb, sb_hbfirst) == 248, "sb hbfirst");
 _Static_assert(sizeof(struct shoal_sb) == 312, "sb");
 _Static_assert(offsetof(struct shoal_hbeat, hb_node) == 64, "hbeat node");
+_Static_assert(offsetof(struct shoal_hbeat, hb_boot) == 128, "hbeat boot");
 _Static_assert(sizeof(struct shoal_hbeat) == 160, "hbeat");
 _Static_assert(offsetof(struct shoal_sb, sb_format) == 32, "sb");
 _Static_assert(offsetof(struct shoal_sb, sb_uuid) == 80, "sb uuid");

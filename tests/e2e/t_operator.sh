@@ -11,7 +11,8 @@
 #   2  a second lockd: its node gets journal 0, which the first one's has
 #   3  mkfs.shoal -f of a mounted disk
 #   4  fsck.shoal -y of a mounted disk
-# and a crashed node's stale heartbeat is taken over by the next mount.
+# and a crashed node's stale heartbeat is taken over by the next mount (at
+# once: the block names this machine and the process, which is gone).
 . "$(dirname "$0")/lib.sh"
 
 if ! t_is_shoal; then
@@ -100,6 +101,8 @@ dev=$(another_host)
 live="in use on another machine.*node 'here'.*last update"
 refused "defect 1: lock=nolock mount of the mounted disk elsewhere" "$live" \
 	"$T_MOUNT" -o lock=nolock,node=there "$dev" "$other"
+check "... at once: the block names this machine's running shoal-mount" \
+	grep -q "its process $(t_daemon_pid "$m") on this machine is running" "$t_dir/out"
 refused "defect 3: mkfs.shoal -f of the mounted disk elsewhere" "$live" \
 	"$T_MKFS" -q -f "$dev"
 refused "defect 4: fsck.shoal -y of the mounted disk elsewhere" "$live" \
@@ -120,6 +123,9 @@ rc=0
 "$T_MOUNT" -o lock=nolock,node=there "$dev" "$other" 2>"$t_dir/out" || rc=$?
 if [ $rc -eq 0 ] && mountpoint -q "$other" && grep -q "did not change: a mount that crashed" "$t_dir/out"; then
 	ok "a crashed node's stale heartbeat is taken over by a mount elsewhere"
+	# the block names this machine and the dead process: no watch
+	check "... at once: its writer's process on this machine is gone" \
+		grep -q "its process on this machine is gone" "$t_dir/out"
 else
 	not_ok "a crashed node's stale heartbeat is taken over (exit $rc)"
 	sed 's/^/#   /' "$t_dir/out"
