@@ -377,6 +377,67 @@ static int trunc_node(struct shoal_fs *fs, struct shoal_inode *ip, struct shoal_
 	return 0;
 }
 
+/* Add to set the group of every block below ptrs that freeing logical
+ * blocks [from, to) may free: data blocks and the indirect blocks over
+ * them (trunc_node's walk, reading only). */
+static int rgs_node(struct shoal_fs *fs, struct shoal_inode *ip, uint64_t owner, uint64_t *ptrs,
+		    uint32_t n, uint32_t lvl, uint64_t base, uint64_t from, uint64_t to,
+		    uint8_t *set)
+{
+	uint64_t sp = span(fs, lvl);
+
+	for (uint32_t i = 0; i < n; i++) {
+		uint64_t lo = base + i * sp, hi = lo + sp;
+		struct shoal_buf *cb;
+		int err;
+
+		if (ptrs[i] == 0 || hi <= from || lo >= to)
+			continue;
+		if (!ptr_ok(fs, ptrs[i]))
+			return bad_ptr(fs, ip, owner, "block pointer out of range");
+		rg_set_add(fs, set, ptrs[i]);
+		if (lvl == 1)
+			continue;
+		err = ind_read(fs, ip, owner, ptrs[i], &cb);
+		if (err)
+			return err;
+		err = rgs_node(fs, ip, cb->b_blkno, ind_ptrs(cb), SHOAL_IND_PTRS(fs->fs_bsize),
+			       lvl - 1, lo, from, to, set);
+		buf_put(fs, cb);
+		if (err)
+			return err;
+	}
+	return 0;
+}
+
+int bmap_free_rgs(struct shoal_fs *fs, struct shoal_inode *ip, uint64_t from, uint64_t to,
+		  uint8_t *set)
+{
+	struct shoal_dinode *di = ip_di(ip);
+
+	if (di->di_height == 0 || from >= to)
+		return 0;
+	return rgs_node(fs, ip, ip->i_bh->b_blkno, di_ptrs(ip), SHOAL_DI_PTRS(fs->fs_bsize),
+			di->di_height, 0, from, to, set);
+}
+
+int bmap_hold_free_rgs(struct shoal_fs *fs, struct shoal_inode *ip, uint64_t from, uint64_t to)
+{
+	uint8_t *set;
+	int err;
+
+	if (!fs->fs_cluster || ip_di(ip)->di_height == 0 || from >= to)
+		return 0;
+	set = rg_set_new(fs);
+	if (!set)
+		return -ENOMEM;
+	err = bmap_free_rgs(fs, ip, from, to, set);
+	if (!err)
+		err = rg_hold_set(fs, set, 1);
+	free(set);
+	return err;
+}
+
 int bmap_punch(struct shoal_fs *fs, struct shoal_inode *ip, uint64_t lstart, uint64_t lend)
 {
 	struct shoal_dinode *di = ip_di(ip);

@@ -88,13 +88,23 @@ struct gl_need {
 	int state;
 };
 
+/*
+ * What one operation holds and still needs.  Most operations fit the
+ * arrays inside; one that asks for more (freeing blocks in many resource
+ * groups) grows them on the heap until it ends: an operation whose
+ * glocks did not all fit would restart for ever.  held may move only
+ * while nothing is held (its entries are on their glocks' queues).
+ */
 struct op_ctx {
 	struct shoal_fs *fs;
 	int depth;
 	int nheld, nneed;
+	int held_cap, need_cap;
 	int changed;
-	struct gl_holder held[OP_MAX]; /* on their glocks' gl_holders_q */
-	struct gl_need need[OP_MAX];
+	struct gl_holder *held; /* held0 or the heap; on their glocks' gl_holders_q */
+	struct gl_need *need;   /* need0 or the heap */
+	struct gl_holder held0[OP_MAX];
+	struct gl_need need0[OP_MAX];
 };
 
 static __thread struct op_ctx op_cur;
@@ -632,8 +642,18 @@ static int op_need(struct op_ctx *op, uint32_t type, uint64_t number, int state)
 				op->need[i].state = state;
 			return -ERESTART;
 		}
-	if (op->nneed == OP_MAX)
-		return -ERESTART; /* asked for again by the next run */
+	if (op->nneed == op->need_cap) {
+		int cap = op->need_cap * 2;
+		struct gl_need *n = malloc((size_t)cap * sizeof(*n));
+
+		if (!n)
+			return -ENOMEM;
+		memcpy(n, op->need, (size_t)op->nneed * sizeof(*n));
+		if (op->need != op->need0)
+			free(op->need);
+		op->need = n;
+		op->need_cap = cap;
+	}
 	op->need[op->nneed++] = (struct gl_need){type, number, state};
 	return -ERESTART;
 }
@@ -661,7 +681,7 @@ static int hold_find(struct shoal_fs *fs, struct op_ctx *op, int inop, uint32_t 
 	return 0;
 }
 
-/* gt_mutex held, op->nheld < OP_MAX: the operation holds gl in state */
+/* gt_mutex held, op->nheld < op->held_cap: the operation holds gl in state */
 static void hold_add(struct op_ctx *op, struct glock *gl, int state, uint32_t ghf)
 {
 	struct gl_holder *gh = &op->held[op->nheld++];
@@ -692,7 +712,7 @@ static int hold_one(struct shoal_fs *fs, uint32_t type, uint64_t number, int sta
 	if (!(gl->gl_flags & (GLF_INFLIGHT | GLF_DEMOTING)) && gl->gl_state >= state) {
 		/* kept until the operation ends; with the list full, fs_lock
 		 * alone keeps it (the worker needs fs_lock to demote) */
-		if (inop && op->nheld < OP_MAX)
+		if (inop && op->nheld < op->held_cap)
 			hold_add(op, gl, state, GHF_OP);
 		else
 			gl->gl_use++;
@@ -731,7 +751,7 @@ int gl_try_hold(struct shoal_fs *fs, uint32_t type, uint64_t number, int state)
 		}
 	}
 	if (!(gl->gl_flags & (GLF_INFLIGHT | GLF_DEMOTING)) && gl->gl_state >= state &&
-	    op->nheld < OP_MAX) {
+	    op->nheld < op->held_cap) {
 		hold_add(op, gl, state, GHF_OP | GHF_TRY);
 		err = 0;
 	}
@@ -807,7 +827,24 @@ void op_begin(struct shoal_fs *fs)
 		op->fs = fs;
 		op->nheld = op->nneed = 0;
 		op->changed = 0;
+		op->held = op->held0;
+		op->held_cap = OP_MAX;
+		op->need = op->need0;
+		op->need_cap = OP_MAX;
 	}
+}
+
+/* Nothing held: back to the arrays inside */
+static void op_shrink(struct op_ctx *op)
+{
+	if (op->held != op->held0)
+		free(op->held);
+	if (op->need != op->need0)
+		free(op->need);
+	op->held = op->held0;
+	op->held_cap = OP_MAX;
+	op->need = op->need0;
+	op->need_cap = OP_MAX;
 }
 
 static void op_drop(struct shoal_fs *fs, struct op_ctx *op)
@@ -836,11 +873,17 @@ static int need_cmp(const void *a, const void *b)
 int op_wait(struct shoal_fs *fs)
 {
 	struct op_ctx *op = &op_cur;
-	struct gl_need all[OP_MAX * 2];
+	struct gl_need *all;
 	int n = 0, err = 0;
 
 	if (op->depth != 1 || op->fs != fs)
 		return -EDEADLK; /* only the outermost operation may wait */
+	all = malloc((size_t)(op->nheld + op->nneed) * sizeof(*all) + 1);
+	if (!all) {
+		op_drop(fs, op);
+		op->nneed = 0;
+		return -ENOMEM;
+	}
 	/* what was asked for, not what happened to be granted: an SH hold of
 	 * a glock cached EX must not wait for EX now (R1; an iopen glock another
 	 * node holds SH for an inode in use there never goes to UN) */
@@ -853,6 +896,18 @@ int op_wait(struct shoal_fs *fs)
 	op->nneed = 0;
 	op->changed = 0;
 	qsort(all, (size_t)n, sizeof(all[0]), need_cmp);
+	if (n > op->held_cap) { /* nothing is held: held may move */
+		struct gl_holder *h = malloc((size_t)n * sizeof(*h));
+
+		if (!h) {
+			free(all);
+			return -ENOMEM;
+		}
+		if (op->held != op->held0)
+			free(op->held);
+		op->held = h;
+		op->held_cap = n;
+	}
 	pthread_mutex_lock(&fs->fs_gl->gt_mutex);
 	fs->fs_gl->gt_restarts++;
 	pthread_mutex_unlock(&fs->fs_gl->gt_mutex);
@@ -864,13 +919,12 @@ int op_wait(struct shoal_fs *fs)
 			if (all[i].state > st)
 				st = all[i].state;
 		}
-		if (op->nheld == OP_MAX)
-			break;
 		gh_init(&op->held[op->nheld], st, GHF_OP);
 		err = acquire(fs, all[i].type, all[i].number, st, 0, &op->held[op->nheld], &gl);
 		if (!err)
 			op->nheld++;
 	}
+	free(all);
 	if (err)
 		op_drop(fs, op);
 	return err;
@@ -882,6 +936,7 @@ void op_end(struct shoal_fs *fs)
 	if (op->depth > 0 && --op->depth == 0) {
 		op_drop(fs, op);
 		op->nneed = 0;
+		op_shrink(op);
 		op->fs = NULL;
 	}
 }

@@ -182,30 +182,35 @@ int inode_get(struct shoal_fs *fs, uint64_t ino, struct shoal_inode **out)
 }
 
 /*
- * The groups freeing ip touches: its dinode's and its xattr block's, and
- * for anything with a block map or a hashed directory, every group (the
- * blocks may be anywhere).  want: ask for them (0 / -ERESTART); else only
- * say whether this node holds them all now.
+ * The groups freeing ip touches: its dinode's, its xattr block's, and
+ * those of the blocks of its block map (bmap_free_rgs); for a hashed
+ * directory every group (its leaves may be anywhere).  want: ask for them
+ * (0 / -ERESTART / -errno); else 1 if this node holds them all now, 0 if
+ * not (or they cannot be known).
  */
 static int inode_rgs_held(struct shoal_fs *fs, struct shoal_inode *ip, int want)
 {
 	struct shoal_dinode *di = ip_di(ip);
-	uint64_t one[2] = {ip->i_ino, di->di_xattr};
+	uint8_t *set;
+	int err;
 
-	if (di->di_height || (di->di_flags & SHOAL_DIF_EXHASH))
+	if (!fs->fs_cluster)
+		return want ? 0 : 1;
+	if (di->di_flags & SHOAL_DIF_EXHASH)
 		return want ? rg_hold_all(fs) : rg_all_held(fs);
-	for (int i = 0; i < 2; i++) {
-		if (!one[i])
-			continue;
-		if (want) {
-			int err = rg_hold_of(fs, one[i]);
-			if (err)
-				return err;
-		} else if (!rg_held_of(fs, one[i])) {
-			return 0;
-		}
-	}
-	return want ? 0 : 1;
+	set = rg_set_new(fs);
+	if (!set)
+		return want ? -ENOMEM : 0;
+	rg_set_add(fs, set, ip->i_ino);
+	if (di->di_xattr)
+		rg_set_add(fs, set, di->di_xattr);
+	err = bmap_free_rgs(fs, ip, 0, UINT64_MAX, set);
+	if (!err)
+		err = rg_hold_set(fs, set, want);
+	else if (!want)
+		err = 0;
+	free(set);
+	return err;
 }
 
 void inode_queue_orphan(struct shoal_fs *fs, uint64_t ino)

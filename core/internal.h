@@ -324,6 +324,13 @@ uint64_t rg_free_total(struct shoal_fs *fs);
 int rg_reserve(struct shoal_fs *fs, uint64_t nalloc);
 /* Cluster: hold every group EX (before freeing blocks anywhere). */
 int rg_hold_all(struct shoal_fs *fs);
+/* A set of groups (a bitmap of fs_rgcount bits; free() it), and the group
+ * of blkno added to it. */
+uint8_t *rg_set_new(struct shoal_fs *fs);
+void rg_set_add(struct shoal_fs *fs, uint8_t *set, uint64_t blkno);
+/* Cluster: want: hold every group of set EX (0 / -ERESTART / -errno);
+ * else 1 if this node holds them all now, 0 if not. */
+int rg_hold_set(struct shoal_fs *fs, const uint8_t *set, int want);
 /* Cluster: does this node hold the group of blkno / every group EX now? */
 int rg_held_of(struct shoal_fs *fs, uint64_t blkno);
 int rg_all_held(struct shoal_fs *fs);
@@ -385,6 +392,13 @@ int bmap_alloc(struct shoal_fs *fs, struct shoal_inode *ip, uint64_t lblk, uint3
 /* Free every block at logical >= lblk (and holes in [punch_start, punch_end) */
 int bmap_truncate(struct shoal_fs *fs, struct shoal_inode *ip, uint64_t lblk);
 int bmap_punch(struct shoal_fs *fs, struct shoal_inode *ip, uint64_t lstart, uint64_t lend);
+/* Add to set the groups that freeing logical blocks [from, to) of ip may
+ * touch (data and indirect blocks; read only). */
+int bmap_free_rgs(struct shoal_fs *fs, struct shoal_inode *ip, uint64_t from, uint64_t to,
+		  uint8_t *set);
+/* Cluster: hold EX exactly those groups (0 / -ERESTART / -errno): freeing
+ * asks only the nodes that hold them, in the global order of op_wait. */
+int bmap_hold_free_rgs(struct shoal_fs *fs, struct shoal_inode *ip, uint64_t from, uint64_t to);
 /* Move inline data into a first data block. */
 int bmap_unstuff(struct shoal_fs *fs, struct shoal_inode *ip);
 /* Next logical block >= lblk that is mapped (data) or a hole; -ENXIO none */

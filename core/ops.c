@@ -425,8 +425,9 @@ static int setattr_locked(struct shoal_fs *fs, const struct shoal_ctx *ctx, uint
 	err = setattr_allowed(ip, ctx, attr, valid);
 	int cap = 0;
 	if (!err && (valid & SHOAL_SET_SIZE) && (uint64_t)attr->st_size < di->di_size &&
-	    di->di_height)
-		err = rg_hold_all(fs); /* blocks may be freed in any group */
+	    di->di_height) /* the groups of the blocks past the new end */
+		err = bmap_hold_free_rgs(fs, ip, ((uint64_t)attr->st_size + fs->fs_bsize - 1) >>
+						       fs->fs_bshift, UINT64_MAX);
 	if (!err && (valid & SHOAL_SET_SIZE))
 		err = kill_priv_prepare(fs, ctx, ip, &cap);
 	if (err)
@@ -1526,13 +1527,20 @@ static int fallocate_locked(struct shoal_fs *fs, uint64_t ino, int mode, uint64_
 		return -EFBIG;
 	LOCK(fs);
 	err = hold(fs, ino, GL_EX);
-	if (!err && (mode & FALLOC_FL_PUNCH_HOLE))
-		err = rg_hold_all(fs); /* punching frees blocks in any group */
 	if (!err)
 		err = inode_get(fs, ino, &ip);
 	if (err)
 		goto out;
 	di = ip_di(ip);
+	if ((mode & FALLOC_FL_PUNCH_HOLE) && off < di->di_size) {
+		/* the groups of the whole blocks punched (as below) */
+		uint64_t end = off + len < di->di_size ? off + len : di->di_size;
+
+		err = bmap_hold_free_rgs(fs, ip, (off + bs - 1) >> fs->fs_bshift,
+					 end >> fs->fs_bshift);
+		if (err)
+			goto out_put;
+	}
 	if (!S_ISREG(di->di_mode)) {
 		err = S_ISDIR(di->di_mode) ? -EISDIR : -ENODEV;
 		goto out_put;

@@ -172,6 +172,45 @@ int rg_hold_all(struct shoal_fs *fs)
 	return err;
 }
 
+/* --- sets of groups: what freeing some blocks touches ------------------ */
+
+uint8_t *rg_set_new(struct shoal_fs *fs)
+{
+	return calloc((fs->fs_rgcount + 7) / 8, 1);
+}
+
+void rg_set_add(struct shoal_fs *fs, uint8_t *set, uint64_t blkno)
+{
+	struct shoal_rgd *rd = rg_of(fs, blkno);
+
+	if (rd)
+		set[rd->rd_index / 8] |= (uint8_t)(1u << (rd->rd_index % 8));
+}
+
+int rg_hold_set(struct shoal_fs *fs, const uint8_t *set, int want)
+{
+	int err = 0;
+
+	if (!fs->fs_cluster)
+		return want ? 0 : 1;
+	/* ask for every group of the set, so one restart waits for all */
+	for (uint32_t i = 0; i < fs->fs_rgcount; i++) {
+		struct shoal_rgd *rd = &fs->fs_rgds[i];
+
+		if (!(set[i / 8] & (1u << (i % 8))))
+			continue;
+		if (!want) {
+			if (!rg_usable(fs, rd))
+				return 0;
+			continue;
+		}
+		int e = gl_hold(fs, GL_RGRP, rd->rd_addr, GL_EX);
+		if (e && (!err || err == -ERESTART))
+			err = e;
+	}
+	return want ? err : 1;
+}
+
 int rg_reserve(struct shoal_fs *fs, uint64_t nalloc)
 {
 	uint64_t have = 0, need = nalloc + 8;

@@ -73,6 +73,7 @@
 
 #include <cmocka.h>
 
+#include <linux/falloc.h>
 #include <linux/fs.h>
 
 #include "dev.h"
@@ -100,6 +101,7 @@ struct cluster {
 	struct lockd *c_lockd;
 	struct shoal_fs *c_fs[MAXN];
 	int c_n;
+	uint32_t c_rgcount; /* resource groups of the image */
 };
 
 static int verbose(void)
@@ -182,13 +184,16 @@ static void track_dir(const char *dir, int add)
 		}
 }
 
-/* Make the temp dir and the image (3 journals of 8 MiB, table TABLE). */
-static void cl_image(struct cluster *c)
+/* Make the temp dir and the image (3 journals of 8 MiB, table TABLE,
+ * blocks of bsize bytes, 0: the default). */
+static void cl_image_bs(struct cluster *c, uint32_t bsize)
 {
 	const char *tmp = getenv("TMPDIR");
 	struct shoal_format_opts fo = {
-		.fo_journals = MAXN, .fo_jbytes = 8 * MiB, .fo_locktable = TABLE,
+		.fo_bsize = bsize, .fo_journals = MAXN, .fo_jbytes = 8 * MiB,
+		.fo_locktable = TABLE,
 	};
+	struct shoal_format_info info;
 	struct shoal_dev *dev;
 
 	memset(c, 0, sizeof(*c));
@@ -199,8 +204,14 @@ static void cl_image(struct cluster *c)
 	snprintf(c->c_lock, sizeof(c->c_lock), "shoal:unix:%s", c->c_sock);
 	c->c_img = tu_tmpimage(512 * MiB);
 	assert_int_equal(dev_open(c->c_img, 0, &dev), 0);
-	assert_int_equal(shoal_format(dev, &fo, NULL), 0);
+	assert_int_equal(shoal_format(dev, &fo, &info), 0);
+	c->c_rgcount = info.fi_rgcount;
 	dev_close(dev);
+}
+
+static void cl_image(struct cluster *c)
+{
+	cl_image_bs(c, 0);
 }
 
 static void cl_lockd_start(struct cluster *c, uint32_t lease_ms)
@@ -2072,6 +2083,131 @@ static void test_withdraw_after_queued_write_error(void **state)
 	free(buf);
 }
 
+
+/*
+ * Freeing the blocks of a file takes only the resource groups that hold
+ * them (issue 22, defect 1).  With 1 KiB blocks the image has over 100
+ * groups; node c allocates in its own part of the disk (fs_rg_alloc starts
+ * at 2/3 of the groups) and keeps that group EX.  Node a then truncates,
+ * punches and unlinks files whose blocks are all in a's groups: each must
+ * finish, and none may wait for c's group.  Before, the truncate asked
+ * for every group, could hold only 64 glocks at once (OP_MAX) and restarted
+ * for good with try-locks that never asked c to give its group back.
+ */
+struct trunc_job {
+	struct shoal_fs *fs;
+	uint64_t ino;
+	int what; /* 0 truncate to 0, 1 punch a hole, 2 rmdir, 3 unmount */
+	int err;
+	int done;
+};
+
+static void *trunc_thread(void *arg)
+{
+	struct trunc_job *j = arg;
+	struct stat attr = { .st_size = 0 }, st;
+
+	if (j->what == 0) {
+		j->err = shoal_setattr(j->fs, &root_ctx, j->ino, &attr, SHOAL_SET_SIZE, &st);
+	} else if (j->what == 2) { /* rmdir of j->ino's child "hashed" */
+		j->err = shoal_rmdir(j->fs, &root_ctx, j->ino, "hashed");
+	} else if (j->what == 3) {
+		j->err = shoal_unmount(j->fs);
+	} else
+		j->err = shoal_fallocate(j->fs, j->ino, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE,
+					 0, 256 * KiB);
+	__atomic_store_n(&j->done, 1, __ATOMIC_RELEASE);
+	return NULL;
+}
+
+/* Run job j in a thread; fail if it has not finished within 30 s. */
+static void run_bounded(struct cluster *c, struct trunc_job *j, const char *what)
+{
+	struct timespec ts;
+	pthread_t t;
+
+	assert_int_equal(pthread_create(&t, NULL, trunc_thread, j), 0);
+	clock_gettime(CLOCK_REALTIME, &ts);
+	ts.tv_sec += 30;
+	if (pthread_timedjoin_np(t, NULL, &ts)) {
+		/* only stopping lockd ends the wait: then the thread can be joined */
+		cl_lockd_stop(c);
+		pthread_join(t, NULL);
+		fail_msg("%s did not finish within 30 s (err %d)", what, j->err);
+	}
+	assert_int_equal(j->err, 0);
+}
+
+static void test_free_takes_only_its_groups(void **state)
+{
+	struct shoal_fs *a, *b, *cc;
+	struct cluster c;
+	struct trunc_job j = { 0 };
+	uint64_t root, f, g, h;
+	struct shoal_counters before, after;
+	(void)state;
+
+	cl_image_bs(&c, 1024);
+	cl_lockd_start(&c, 8000);
+	for (int i = 0; i < MAXN; i++)
+		if (node_mount(&c, (const char *[]){ "a", "b", "c" }[i], &c.c_fs[i]))
+			fail_msg("mount: %s", shoal_mount_error());
+	c.c_n = MAXN;
+	a = c.c_fs[0];
+	b = c.c_fs[1];
+	cc = c.c_fs[2];
+	cl_touch_root(&c);
+	root = shoal_root(a);
+	assert_true(c.c_rgcount > 80); /* more groups than an operation can hold */
+	(void)b;
+
+	mkfile(cc, root, "c-file", 64 * KiB, 4); /* c keeps its group EX */
+	f = mkfile(a, root, "f", 2 * MiB, 1); /* a block map: di_height > 0 */
+	g = mkfile(a, root, "g", 2 * MiB, 2);
+	h = mkfile(a, root, "h", 2 * MiB, 3);
+	shoal_counters(cc, &before);
+
+	j = (struct trunc_job){ .fs = a, .ino = f, .what = 0 };
+	run_bounded(&c, &j, "truncate of a 2 MiB file to 0");
+	j = (struct trunc_job){ .fs = a, .ino = g, .what = 1 };
+	run_bounded(&c, &j, "punching a hole in a 2 MiB file");
+	assert_int_equal(shoal_unlink(a, &root_ctx, root, "h"), 0);
+	(void)h;
+	shoal_counters(cc, &after);
+	/* c was not asked for its group: nothing of c's was needed */
+	assert_int_equal(after.sc_gl_callbacks, before.sc_gl_callbacks);
+
+	/* a hashed directory's leaves may lie in any group: its removal takes
+	 * every group, more glocks than an operation held at first */
+	struct stat st;
+	char name[32];
+	uint64_t d;
+
+	assert_int_equal(shoal_mkdir(a, &root_ctx, root, "hashed", 0755, &st), 0);
+	d = st.st_ino;
+	for (int i = 0; i < 300; i++) {
+		snprintf(name, sizeof(name), "entry-%04d", i);
+		assert_int_equal(shoal_mknod(a, &root_ctx, d, name, S_IFREG | 0644, 0, &st), 0);
+		shoal_forget(a, st.st_ino, 1);
+	}
+	for (int i = 0; i < 300; i++) {
+		snprintf(name, sizeof(name), "entry-%04d", i);
+		assert_int_equal(shoal_unlink(a, &root_ctx, d, name), 0);
+	}
+	shoal_forget(a, d, 1);
+	j = (struct trunc_job){ .fs = a, .ino = root, .what = 2 };
+	run_bounded(&c, &j, "rmdir of an emptied hashed directory");
+	/* freed now or by the orphan thread, which the unmount waits for */
+	j = (struct trunc_job){ .fs = a, .what = 3 };
+	c.c_fs[0] = NULL;
+	run_bounded(&c, &j, "unmount after the rmdir");
+
+	cl_unmount_all(&c);
+	cl_lockd_stop(&c);
+	cl_fsck(&c);
+	cl_fini(&c);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -2090,6 +2226,7 @@ int main(void)
 		cmocka_unit_test(test_concurrent_alloc),
 		cmocka_unit_test(test_read_never_ex),
 		cmocka_unit_test(test_kept_atime_after_change),
+		cmocka_unit_test(test_free_takes_only_its_groups),
 	};
 	signal(SIGPIPE, SIG_IGN);
 	if (getenv("SHOAL_TEST_FILTER")) /* e.g. SHOAL_TEST_FILTER=test_coherence */
