@@ -32,9 +32,14 @@
  *  (5) with lock=nolock the device is flock()ed, exclusively for a
  *      read-write mount and shared for a read-only one, from before
  *      shoal_mount until the process ends: one writer, or only readers;
- *      cluster mounts take it shared, so no nolock writer joins them.
+ *      cluster mounts take it shared, so no nolock writer joins them;
+ *  (6) a guardian process (guard.c), started before anything else, aborts
+ *      the FUSE connection and detaches the mount if this process dies
+ *      before it unmounted: programs on a dead mount get an error, not a
+ *      wait for ever, and the mount table does not keep the dead mount.
  */
 #include "smount.h"
+#include "guard.h"
 #include "names.h"
 #include "nodeids.h"
 
@@ -475,8 +480,10 @@ static void on_ready(void *arg, dev_t dev, int err)
 	if (err < 0)
 		fprintf(stderr, PROG ": %s: no control socket: %s\n", sm->sm_mountpoint,
 			strerror(-err));
-	if (err == 0)
+	if (err == 0) {
 		epoch_probe(sm); /* the mount answered a stat: the kernel is ready */
+		guard_mounted(dev); /* (6) */
+	}
 	if (__atomic_load_n(&verdict_fd, __ATOMIC_SEQ_CST) >= 0 &&
 	    !__atomic_load_n(&stopping, __ATOMIC_SEQ_CST)) {
 		detach(sm, dev);
@@ -1048,6 +1055,10 @@ int main(int argc, char **argv)
 	if (!ma.ma_foreground)
 		fork_daemon();
 	sm.sm_pid = getpid();
+	ret = guard_start(sm.sm_mountpoint); /* (6): before any thread or descriptor */
+	if (ret < 0)
+		fprintf(stderr, PROG ": %s: no guardian (%s): if this daemon dies, unmount by hand\n",
+			sm.sm_mountpoint, strerror(-ret));
 	set_signals_blocked(SIG_BLOCK); /* (3): inherited by every thread from here */
 	pin_cpu(&ma);                   /* inherited by every thread too */
 
@@ -1141,6 +1152,7 @@ out_signals:
 	fuse_remove_signal_handlers(sm.sm_se);
 out_fuse_unmount:
 	fuse_session_unmount(sm.sm_se);
+	guard_done(); /* (6): unmounted the normal way */
 out_destroy:
 	pthread_mutex_lock(&inval_lock);
 	se = sm.sm_se;

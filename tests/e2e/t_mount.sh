@@ -157,6 +157,35 @@ if t_is_shoal; then
 	check "fsck.shoal -n of the lazily unmounted filesystem" t_fsck "$img"
 fi
 
+# --- a daemon killed with SIGKILL frees its users -----------------------------------------------
+# Its guardian (fuse/guard.c) aborts the dead daemon's FUSE connection and
+# detaches the mount: a program with a file open there gets an error instead
+# of waiting for ever, and no dead mount (ENOTCONN) stays for the next mount
+# to stack on.
+in_table() { awk -v m="$1" '$2 == m' /proc/mounts | grep -q .; }
+if t_is_shoal; then
+	check "mount for the SIGKILL check" t_mount "$img" "$m"
+	kill_pid=${t_pids[$m]}
+	kill_dev=$(mountpoint -d "$m")
+	exec 3<"$m/dir/hello"
+	kill -KILL "$kill_pid"
+	t_pids[$m]=
+	for ((i = 0; i < 100; i++)); do in_table "$m" || break; sleep 0.1; done
+	check "the dead mount left the mount table (within $((i * 100)) ms)" bash -c "! awk -v m='$m' '\$2 == m' /proc/mounts | grep -q ."
+	rc=0
+	cat <&3 >/dev/null 2>"$t_dir/err" || rc=$?
+	exec 3<&-
+	check "a read on a descriptor opened before the death fails ($(cat "$t_dir/err"))" \
+		bash -c "[ $rc -ne 0 ] && grep -Eq 'not connected|Input/output error|No such device' '$t_dir/err'"
+	check "the guardian said so in the mount's log" \
+		grep -q "shoal-mount\[$kill_pid\] died without unmounting $m: FUSE connection aborted, mount detached" \
+		"/run/shoal/mnt-$kill_dev.log"
+	check "mount again on the same mountpoint" t_mount "$img" "$m"
+	check_eq "one mount there, not one on top of a dead one" 1 "$(awk -v m="$m" '$2 == m' /proc/mounts | wc -l)"
+	check_eq "the data is there" "hello" "$(cat "$m/dir/hello")"
+	t_umount_fsck "$m" "$img"
+fi
+
 # --- mkfs.shoal refuses to overwrite ----------------------------------------------------------
 sum=$(sha256sum <"$t_dir/ext4.img")
 rc=0
