@@ -840,6 +840,12 @@ static int handshake(struct lkc *c, const struct lkp_addr *la, const struct lkc_
 		goto out_close;
 	}
 	c->c_jid = lkp_get32(p);
+	if (c->c_jid >= cfg->njournals) {
+		rc = -EPROTO;
+		snprintf(err, errlen, "lockd gave journal %u; the disk has %u", c->c_jid,
+			 cfg->njournals);
+		goto out_close;
+	}
 	*lease_ms = lkp_get32(p + 4);
 	if (*lease_ms < 4) {
 		rc = -EPROTO;

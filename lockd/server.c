@@ -48,6 +48,9 @@
  *      RECOVERY_DONE frees them all; if it LEAVEs first, RECOVER goes to
  *      every live node again).  RECOVERY_DONE(jid) counts only from a node
  *      that holds the journal lock (9, jid) in EX, under which it replayed;
+ *  (6a) every jid is below ld_njournals, the journal count of the table's
+ *      disk, fixed by its first JOIN: a JOIN that names another count is
+ *      refused (a jid beyond the disk's journals could never be replayed);
  *  (7) input is never trusted: a bad frame closes that connection with one
  *      log line and changes no other state;
  *  (8) one thread runs the loop; nothing here is shared with another thread
@@ -191,6 +194,7 @@ struct lockd {
 	uint8_t *ld_secret;
 	size_t ld_secretlen;
 	char ld_table[LK_TABLE_MAX + 1];
+	uint32_t ld_njournals;	 /* the table's disk's, from its first JOIN; 0: none yet */
 	uint64_t ld_lease_ns, ld_hs_ns;
 	int ld_epfd, ld_wakefd;
 	struct ld_listener ld_lis[8];
@@ -971,6 +975,14 @@ static void do_join(struct lockd *d, struct ld_conn *cn, const uint8_t *p, size_
 		refuse(d, cn, EINVAL, 0, "serves table %s, not %s", d->ld_table, table);
 		return;
 	}
+	/* one table, one disk, one journal count: a jid beyond the disk's
+	 * journals could never be replayed by another node (its locks would
+	 * stay forever) */
+	if (d->ld_njournals && njournals != d->ld_njournals) {
+		refuse(d, cn, EINVAL, 0, "table %s has %u journals, not %u (node %s: a disk "
+					 "that is not the table's?)", table, d->ld_njournals, njournals, name);
+		return;
+	}
 	nd = node_by_name(d, name, 0);
 	if (nd && nd->nd_conn) {
 		refuse(d, cn, EADDRINUSE, 0, "node name %s already in use", name);
@@ -988,12 +1000,6 @@ static void do_join(struct lockd *d, struct ld_conn *cn, const uint8_t *p, size_
 	if (back && !(lkp_get16(p + 42) & LKP_JF_SELF_RECOVER)) {
 		/* a client that would not replay its own journal */
 		refuse(d, cn, EAGAIN, 1, "node name %s is pending recovery; retry later", name);
-		return;
-	}
-	if (back && back->nd_jid >= njournals) {
-		refuse(d, cn, EAGAIN, 1, "node name %s is pending recovery of journal %u, which a "
-					 "node of %u journals cannot do; retry later", name, back->nd_jid,
-		       njournals);
 		return;
 	}
 	if (back)
@@ -1020,6 +1026,10 @@ static void do_join(struct lockd *d, struct ld_conn *cn, const uint8_t *p, size_
 	if (!d->ld_table[0]) {
 		snprintf(d->ld_table, sizeof(d->ld_table), "%s", table);
 		ld_log(d, LOG_NOTICE, "serving table %s", table);
+	}
+	if (!d->ld_njournals) {
+		d->ld_njournals = njournals;
+		ld_log(d, LOG_NOTICE, "table %s has %u journals", table, njournals);
 	}
 	memcpy(nd->nd_name, name, nl + 1);
 	nd->nd_jid = jid;

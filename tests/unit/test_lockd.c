@@ -957,9 +957,6 @@ static void test_join_refusals(void **state)
 	assert_non_null(strstr(err, "serves table test:fs, not test:other"));
 	tnode_join(&b, "b");
 	assert_int_equal(b.jid, 1);
-	rc = tnode_try_join(&x, "c", addr, TABLE, 2, NULL, err, sizeof(err));
-	assert_int_equal(rc, -ENOSPC);
-	assert_non_null(strstr(err, "all 2 journals in use"));
 	rc = tnode_try_join(&x, "bad name", addr, TABLE, 4, NULL, err, sizeof(err));
 	assert_int_equal(rc, -EINVAL);
 	assert_true(log_wait("refused", 100));
@@ -999,6 +996,42 @@ static void test_join_refusals(void **state)
 	assert_int_equal(rc, 0);
 	assert_int_equal(lkc_lock(a.c, 2, 1, LK_EX, 0, NULL, NULL), LK_EX);
 	tnode_close(&a);
+	lockd_stop(d);
+}
+
+/* Issue 23, defect 7: the first JOIN fixes the table's journal count (its
+ * disk's); a node that says its disk has more journals would get a jid no
+ * other node can replay, and its locks would never be released. */
+static void test_join_journal_count(void **state)
+{
+	struct lockd *d = server_start(5000);
+	struct tnode n[4], x;
+	char err[256], name[2] = "a";
+	int rc;
+
+	(void)state;
+	for (int i = 0; i < 4; i++) {
+		name[0] = (char)('a' + i);
+		tnode_join(&n[i], name);
+		assert_int_equal(n[i].jid, i);
+	}
+	rc = tnode_try_join(&x, "e", addr, TABLE, 8, NULL, err, sizeof(err));
+	if (!rc)
+		fail_msg("a node of 8 journals joined a table of 4 as jid %u", x.jid);
+	assert_int_equal(rc, -EINVAL);
+	assert_non_null(strstr(err, "table test:fs has 4 journals, not 8"));
+	rc = tnode_try_join(&x, "e", addr, TABLE, 2, NULL, err, sizeof(err));
+	assert_int_equal(rc, -EINVAL);
+	assert_non_null(strstr(err, "table test:fs has 4 journals, not 2"));
+	rc = tnode_try_join(&x, "e", addr, TABLE, 4, NULL, err, sizeof(err));
+	assert_int_equal(rc, -ENOSPC);
+	assert_non_null(strstr(err, "all 4 journals in use"));
+	/* the count stays when every node has gone: it is the disk's */
+	for (int i = 0; i < 4; i++)
+		tnode_close(&n[i]);
+	rc = tnode_try_join(&x, "e", addr, TABLE, 8, NULL, err, sizeof(err));
+	assert_int_equal(rc, -EINVAL);
+	assert_non_null(strstr(err, "table test:fs has 4 journals, not 8"));
 	lockd_stop(d);
 }
 
@@ -1648,6 +1681,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_lvb, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_lock_many, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_join_refusals, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_join_journal_count, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_rejoin_jid, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_death_recovery, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_death_twice, setup, teardown),
