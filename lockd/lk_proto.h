@@ -126,7 +126,9 @@ void lkp_format_addr(const struct sockaddr *sa, socklen_t len, char *buf, size_t
 
 /*
  * Read the secret file: its contents without trailing CR/LF.  *key is
- * malloc'd.  -errno with a reason when unreadable, empty or over 4 KiB.
+ * malloc'd.  -errno with a reason when missing, unreadable, not a regular
+ * file, open to group or others (-EACCES), owned by another user than this
+ * one or root (-EACCES), empty or over 4 KiB.
  */
 int lkp_read_secret(const char *path, uint8_t **key, size_t *keylen, char *err, size_t errlen);
 

@@ -13,6 +13,9 @@
 #   4  fsck.shoal -y of a mounted disk
 # and a crashed node's stale heartbeat is taken over by the next mount (at
 # once: the block names this machine and the process, which is gone).
+# Then lockd's and the mount's own refusals: --listen on a file that is not
+# a socket (6), a secret file others can read or that is missing (10), a
+# node name over 63 bytes (8).
 . "$(dirname "$0")/lib.sh"
 
 if ! t_is_shoal; then
@@ -163,6 +166,24 @@ refused "defect 6: shoal-lockd --listen unix:PATH where PATH is a regular file" 
 check_eq "... the file is still there, unchanged" "precious" "$(cat "$t_dir/notasocket" 2>/dev/null)"
 check "... the socket of a running lockd is 0600 whatever the umask" \
 	bash -c "[ \"\$(stat -c %a '$t_dir/lk1.sock')\" = 600 ]"
+
+# --- defect 10: a secret file others can read; a missing one -----------------
+printf 'sesame\n' >"$t_dir/secret"
+chmod 644 "$t_dir/secret"
+refused "defect 10: shoal-lockd --secret-file readable by others" \
+	"secret file $t_dir/secret is readable or writable by group or others \(mode 0644\).*chmod 600" \
+	timeout 10 "$T_LOCKD" -f --listen "unix:$t_dir/lk3.sock" --secret-file "$t_dir/secret"
+check "... and it made no socket" bash -c "[ ! -e '$t_dir/lk3.sock' ]"
+chmod 640 "$t_dir/secret"
+refused "defect 10: a mount with secret= readable by the group" \
+	"secret file $t_dir/secret is readable or writable by group or others \(mode 0640\)" \
+	"$T_MOUNT" -o "lock=shoal:unix:$t_dir/lk1.sock,node=c,secret=$t_dir/secret" "$img" "$other"
+refused "defect 10: shoal-lockd --secret-file that does not exist" \
+	"secret file $t_dir/nosecret: No such file or directory" \
+	timeout 10 "$T_LOCKD" -f --listen "unix:$t_dir/lk3.sock" --secret-file "$t_dir/nosecret"
+refused "defect 10: a mount with secret= that does not exist" \
+	"secret=$t_dir/nosecret: the cluster's secret file: No such file or directory" \
+	"$T_MOUNT" -o "lock=shoal:unix:$t_dir/lk1.sock,node=c,secret=$t_dir/nosecret" "$img" "$other"
 
 # --- defect 8: a node name longer than 63 bytes --------------------------------
 long=$(printf 'n%.0s' $(seq 64))

@@ -37,6 +37,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/un.h>
 #include <time.h>
 #include <unistd.h>
@@ -928,6 +929,7 @@ static void test_lock_many(void **state)
 	tnode_close(&b);
 }
 
+/* A secret file: mode 0600, as lockd and the client demand. */
 static void write_file(const char *path, const char *s)
 {
 	FILE *f = fopen(path, "w");
@@ -935,6 +937,7 @@ static void write_file(const char *path, const char *s)
 	assert_non_null(f);
 	fputs(s, f);
 	fclose(f);
+	assert_int_equal(chmod(path, 0600), 0);
 }
 
 static void test_join_refusals(void **state)
@@ -996,6 +999,75 @@ static void test_join_refusals(void **state)
 	assert_int_equal(rc, 0);
 	assert_int_equal(lkc_lock(a.c, 2, 1, LK_EX, 0, NULL, NULL), LK_EX);
 	tnode_close(&a);
+	lockd_stop(d);
+}
+
+/* Issue 23, defect 10: a secret file others can read or write is refused,
+ * as ssh refuses such a key, and so is one owned by another user; a
+ * missing one says which file and why. */
+static void test_secret_file_mode(void **state)
+{
+	static const mode_t bad[] = { 0644, 0640, 0604, 0620, 0602, 0660 };
+	char secret[160], gone[160], err[256], want[64];
+	struct tnode x;
+	struct lockd *d, *dd;
+	int rc;
+
+	(void)state;
+	snprintf(secret, sizeof(secret), "%s/secret", tdir);
+	snprintf(gone, sizeof(gone), "%s/no-such-secret", tdir);
+	write_file(secret, "sesame\n");
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		struct lockd_config cfg = { .lease_ms = 5000, .secret_file = secret,
+					    .listen = { addr }, .nlisten = 1 };
+		assert_int_equal(chmod(secret, bad[i]), 0);
+		rc = lockd_start(&cfg, &dd, err, sizeof(err));
+		if (!rc) {
+			lockd_stop(dd);
+			fail_msg("lockd started with a secret file of mode 0%o", (unsigned)bad[i]);
+		}
+		assert_int_equal(rc, -EACCES);
+		snprintf(want, sizeof(want), "(mode 0%o)", (unsigned)bad[i]);
+		assert_non_null(strstr(err, want));
+		assert_non_null(strstr(err, "group or others"));
+		assert_non_null(strstr(err, "chmod 600"));
+	}
+	{
+		struct lockd_config cfg = { .lease_ms = 5000, .secret_file = gone,
+					    .listen = { addr }, .nlisten = 1 };
+		rc = lockd_start(&cfg, &dd, err, sizeof(err));
+		assert_int_equal(rc, -ENOENT);
+		assert_non_null(strstr(err, gone));
+		assert_non_null(strstr(err, "secret file"));
+		assert_non_null(strstr(err, "No such file or directory"));
+	}
+	assert_int_equal(chmod(secret, 0400), 0); /* stricter is fine */
+	{
+		struct lockd_config cfg = { .lease_ms = 5000, .secret_file = secret };
+		d = server_start_cfg(&cfg);
+	}
+	/* the client checks its copy the same way */
+	write_file(gone, "sesame\n");
+	assert_int_equal(chmod(gone, 0640), 0);
+	rc = tnode_try_join(&x, "a", addr, TABLE, 4, gone, err, sizeof(err));
+	assert_int_equal(rc, -EACCES);
+	assert_non_null(strstr(err, "(mode 0640)"));
+	assert_int_equal(unlink(gone), 0);
+	rc = tnode_try_join(&x, "a", addr, TABLE, 4, gone, err, sizeof(err));
+	assert_int_equal(rc, -ENOENT);
+	assert_non_null(strstr(err, "secret file"));
+	assert_non_null(strstr(err, gone));
+	if (geteuid() == 0) { /* another user's file, even 0600 */
+		write_file(gone, "sesame\n");
+		assert_int_equal(chown(gone, 4242, 4242), 0);
+		rc = tnode_try_join(&x, "a", addr, TABLE, 4, gone, err, sizeof(err));
+		assert_int_equal(rc, -EACCES);
+		assert_non_null(strstr(err, "owned by uid 4242"));
+		assert_int_equal(unlink(gone), 0);
+	}
+	rc = tnode_try_join(&x, "a", addr, TABLE, 4, secret, err, sizeof(err));
+	assert_int_equal(rc, 0);
+	tnode_close(&x);
 	lockd_stop(d);
 }
 
@@ -1682,6 +1754,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_lock_many, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_join_refusals, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_join_journal_count, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_secret_file_mode, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_rejoin_jid, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_death_recovery, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_death_twice, setup, teardown),
