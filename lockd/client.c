@@ -40,7 +40,7 @@
 #include <unistd.h>
 
 #include "lk_proto.h"
-#include "lk_sha256.h"
+#include "lk_crypto.h"
 #include "shoal/lockd.h"
 
 static uint64_t boot_now_ns(void)
@@ -799,10 +799,16 @@ static int handshake(struct lkc *c, const struct lkp_addr *la, const struct lkc_
 		len = lkp_hdr(buf, LKP_JOIN, 0, LKP_JOIN_FIXED + nl + tl);
 		lkp_put32(q, LKP_VERSION);
 		lkp_put32(q + 4, cfg->njournals);
-		if (key && (cflags & LKP_CF_AUTH))
-			lk_hmac_sha256(key, keylen, nonce, LKP_NONCE, cfg->node, nl, q + 8);
-		else
-			memset(q + 8, 0, LK_SHA256_LEN);
+		if (key && (cflags & LKP_CF_AUTH)) {
+			rc = lk_hmac_sha256(key, keylen, nonce, LKP_NONCE, cfg->node, nl, q + 8);
+			if (rc) {
+				snprintf(err, errlen, "HMAC-SHA256 of the JOIN (libcrypto): %s",
+					 strerror(-rc));
+				goto out_close;
+			}
+		} else {
+			memset(q + 8, 0, LK_HMAC_LEN);
+		}
 		q[40] = (uint8_t)nl;
 		q[41] = (uint8_t)tl;
 		lkp_put16(q + 42, cfg->self_recover ? LKP_JF_SELF_RECOVER : 0);

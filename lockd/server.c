@@ -78,7 +78,7 @@
 
 #include "lk_proto.h"
 #include "lk_server.h"
-#include "lk_sha256.h"
+#include "lk_crypto.h"
 #include "shoal/lockd.h"
 
 #define GL_JOURNAL_TYPE 9	   /* journal locks: released at death */
@@ -964,9 +964,14 @@ static void do_join(struct lockd *d, struct ld_conn *cn, const uint8_t *p, size_
 	memcpy(table, p + 44 + nl, tl);
 	table[tl] = 0;
 	if (d->ld_secret) {
-		uint8_t want[LK_SHA256_LEN];
-		lk_hmac_sha256(d->ld_secret, d->ld_secretlen, cn->cn_nonce, LKP_NONCE, name, nl, want);
-		if (lk_memcmp_ct(want, mac, LK_SHA256_LEN)) {
+		uint8_t want[LK_HMAC_LEN];
+		if (lk_hmac_sha256(d->ld_secret, d->ld_secretlen, cn->cn_nonce, LKP_NONCE, name, nl,
+				   want)) {
+			refuse(d, cn, EIO, 1, "node %s: cannot check its secret (HMAC-SHA256 in "
+					      "libcrypto failed)", name);
+			return;
+		}
+		if (lk_memcmp_ct(want, mac, LK_HMAC_LEN)) {
 			refuse(d, cn, EACCES, 0, "node %s: authentication failed (bad secret)", name);
 			return;
 		}

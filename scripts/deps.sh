@@ -4,6 +4,7 @@
 shoal_packages=(
 	gcc make cmake pkg-config
 	libfuse3-dev fuse3 libblkid-dev libcmocka-dev
+	libssl-dev # libcrypto: lockd's HMAC-SHA256
 	e2fsprogs util-linux mount attr procps python3 psmisc
 	gdb # lib_cluster.sh prints the threads of a hung node (c_diag)
 )

@@ -45,7 +45,7 @@
 #include <cmocka.h>
 
 #include "lk_proto.h"
-#include "lk_sha256.h"
+#include "lk_crypto.h"
 #include "shoal/lockd.h"
 
 #define TABLE "test:fs"
@@ -526,57 +526,62 @@ static void hex(const uint8_t *d, char *out)
 		sprintf(out + 2 * i, "%02x", d[i]);
 }
 
-static void test_sha256_vectors(void **state)
+/* HMAC-SHA256 as the JOIN carries it (lk_crypto.c, on libcrypto): RFC 4231's
+ * test cases 1-7, and one JOIN MAC - HMAC(secret, nonce || name) - computed
+ * by the hand-written SHA-256 shoal had before (and by Python's hmac), so the
+ * wire bytes are those of every lockd and client before the change. */
+static void test_hmac_vectors(void **state)
 {
-	static const char *abc448 = "abcdbcdecdefdefgefghfghighijhijkijkljklmklmnlmnomnopnopq";
-	uint8_t d[32], key[131];
+	static const char *c7 = "This is a test using a larger than block-size key and a larger "
+				"than block-size data. The key needs to be hashed before being "
+				"used by the HMAC algorithm.";
+	uint8_t d[32], key[131], msg[50], nonce[32];
 	char h[65];
-	struct lk_sha256 s;
-	char *mill = malloc(1000000);
 
 	(void)state;
-	lk_sha256("abc", 3, d);
-	hex(d, h);
-	assert_string_equal(h, "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
-	lk_sha256("", 0, d);
-	hex(d, h);
-	assert_string_equal(h, "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855");
-	lk_sha256(abc448, strlen(abc448), d);
-	hex(d, h);
-	assert_string_equal(h, "248d6a61d20638b8e5c026930c3e6039a33ce45964ff2167f6ecedd419db06c1");
-	/* one million 'a', fed in uneven pieces */
-	assert_non_null(mill);
-	memset(mill, 'a', 1000000);
-	lk_sha256_init(&s);
-	for (size_t off = 0, step = 1; off < 1000000; off += step, step = step * 7 % 997 + 1)
-		lk_sha256_update(&s, mill + off, off + step > 1000000 ? 1000000 - off : step);
-	lk_sha256_final(&s, d);
-	hex(d, h);
-	assert_string_equal(h, "cdc76e5c9914fb9281a1c7e284d73e67f1809a48a497200e046d39ccc7112cd0");
-	free(mill);
-
-	/* RFC 4231 test cases 1, 2, 6, 7 */
-	memset(key, 0x0b, 20);
-	lk_hmac_sha256(key, 20, "Hi There", 8, NULL, 0, d);
+	memset(key, 0x0b, 20); /* 1 */
+	assert_int_equal(lk_hmac_sha256(key, 20, "Hi There", 8, NULL, 0, d), 0);
 	hex(d, h);
 	assert_string_equal(h, "b0344c61d8db38535ca8afceaf0bf12b881dc200c9833da726e9376c2e32cff7");
-	lk_hmac_sha256("Jefe", 4, "what do ya ", 11, "want for nothing?", 17, d);
+	/* 2, the message in two pieces */
+	assert_int_equal(lk_hmac_sha256("Jefe", 4, "what do ya ", 11, "want for nothing?", 17, d), 0);
 	hex(d, h);
 	assert_string_equal(h, "5bdcc146bf60754e6a042426089575c75a003f089d2739839dec58b964ec3843");
-	memset(key, 0xaa, 131);
-	lk_hmac_sha256(key, 131, "Test Using Larger Than Block-Size Key - Hash Key First", 54, NULL, 0,
-		       d);
+	memset(key, 0xaa, 20); /* 3 */
+	memset(msg, 0xdd, 50);
+	assert_int_equal(lk_hmac_sha256(key, 20, msg, 50, NULL, 0, d), 0);
+	hex(d, h);
+	assert_string_equal(h, "773ea91e36800e46854db8ebd09181a72959098b3ef8c122d9635514ced565fe");
+	for (int i = 0; i < 25; i++) /* 4 */
+		key[i] = (uint8_t)(i + 1);
+	memset(msg, 0xcd, 50);
+	assert_int_equal(lk_hmac_sha256(key, 25, msg, 20, msg + 20, 30, d), 0);
+	hex(d, h);
+	assert_string_equal(h, "82558a389a443c0ea4cc819899f2083a85f0faa3e578f8077a2e3ff46729665b");
+	memset(key, 0x0c, 20); /* 5: truncated to 128 bits */
+	assert_int_equal(lk_hmac_sha256(key, 20, "Test With Truncation", 20, NULL, 0, d), 0);
+	hex(d, h);
+	h[32] = 0;
+	assert_string_equal(h, "a3b6167473100ee06e0c796c2955552b");
+	memset(key, 0xaa, 131); /* 6 */
+	assert_int_equal(lk_hmac_sha256(key, 131, "Test Using Larger Than Block-Size Key - Hash Key First",
+					54, NULL, 0, d), 0);
 	hex(d, h);
 	assert_string_equal(h, "60e431591ee0b67f0d8a26aacbf5b77f8e0bc6213728c5140546040f0ee37f54");
-	{
-		const char *m = "This is a test using a larger than block-size key and a larger than "
-				"block-size data. The key needs to be hashed before being used by the "
-				"HMAC algorithm.";
-		lk_hmac_sha256(key, 131, m, strlen(m), NULL, 0, d);
-		hex(d, h);
-		assert_string_equal(h,
-				    "9b09ffa71b942fcb27635fbcd5b0e944bfdc63644f0713938a7f51535c3a35e2");
-	}
+	assert_int_equal(lk_hmac_sha256(key, 131, c7, strlen(c7), NULL, 0, d), 0); /* 7 */
+	hex(d, h);
+	assert_string_equal(h, "9b09ffa71b942fcb27635fbcd5b0e944bfdc63644f0713938a7f51535c3a35e2");
+
+	/* a JOIN's MAC: secret "sesame", nonce bytes 1, 8, 15, ..., name node-a */
+	for (int i = 0; i < 32; i++)
+		nonce[i] = (uint8_t)(i * 7 + 1);
+	assert_int_equal(lk_hmac_sha256("sesame", 6, nonce, 32, "node-a", 6, d), 0);
+	hex(d, h);
+	assert_string_equal(h, "0bb6f90ba3ff036bf685770409ce58eb7c6f022e0fcfb3d927b1892d3def9300");
+
+	assert_int_equal(lk_memcmp_ct("abcd", "abcd", 4), 0);
+	assert_int_not_equal(lk_memcmp_ct("abcd", "abce", 4), 0);
+	assert_int_not_equal(lk_memcmp_ct("\x80" "bcd", "abcd", 4), 0);
 }
 
 static void test_mode_matrix(void **state)
@@ -1746,7 +1751,7 @@ static void test_threads(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_sha256_vectors),
+		cmocka_unit_test(test_hmac_vectors),
 		cmocka_unit_test_setup_teardown(test_mode_matrix, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_queues, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_basts, setup, teardown),
