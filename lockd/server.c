@@ -70,6 +70,7 @@
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <sys/random.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -88,6 +89,8 @@
 #define LD_OUTMAX (16u << 20)	   /* a peer that lets this much pile up is dropped */
 #define LD_HIST_MAX 1024	   /* remembered name -> jid pairs */
 #define NS_PER_MS 1000000ull
+#define LD_ACCEPT_PAUSE_NS (100 * NS_PER_MS) /* after an accept error (EMFILE...) */
+#define LD_ACCEPT_LOG_NS (10000 * NS_PER_MS) /* at most one accept error line per 10 s */
 
 struct ld_list {
 	struct ld_list *next, *prev;
@@ -187,6 +190,9 @@ struct ld_listener {
 	int li_unix;
 	char li_addr[128];
 	char li_path[108];
+	uint64_t li_resume;	 /* ns; accepting paused until then (0: not paused) */
+	uint64_t li_next_log;	 /* ns; an accept error before then is only counted */
+	uint32_t li_unlogged;	 /* accept errors not logged since the last line */
 };
 
 struct lockd {
@@ -1223,6 +1229,61 @@ static void conn_read(struct lockd *d, struct ld_conn *cn)
 	}
 }
 
+/*
+ * accept failed with err (EMFILE at the descriptor limit, ENFILE, ENOMEM...):
+ * the listener stays readable, so it leaves epoll for LD_ACCEPT_PAUSE_NS
+ * (check_timers brings it back) instead of failing again at once in a
+ * loop; one log line per LD_ACCEPT_LOG_NS, with the count of the others.
+ */
+static void accept_pause(struct lockd *d, struct ld_listener *li, int err)
+{
+	if (d->ld_now >= li->li_next_log) {
+		struct rlimit rl = { 0 };
+		char lim[96] = "";
+
+		if (err == EMFILE && !getrlimit(RLIMIT_NOFILE, &rl))
+			snprintf(lim, sizeof(lim), " (at its file descriptor limit, %llu: raise "
+						   "RLIMIT_NOFILE)", (unsigned long long)rl.rlim_cur);
+		ld_log(d, LOG_ERR, "accept on %s: %s%s; new connections wait %llu ms", li->li_addr,
+		       strerror(err), lim, (unsigned long long)(LD_ACCEPT_PAUSE_NS / NS_PER_MS));
+		if (li->li_unlogged)
+			ld_log(d, LOG_ERR, "accept on %s: %u more failures since the last message",
+			       li->li_addr, li->li_unlogged);
+		li->li_unlogged = 0;
+		li->li_next_log = d->ld_now + LD_ACCEPT_LOG_NS;
+	} else {
+		li->li_unlogged++;
+	}
+	if (epoll_ctl(d->ld_epfd, EPOLL_CTL_DEL, li->li_fd, NULL))
+		return; /* not paused: the next turn tries again */
+	li->li_resume = d->ld_now + LD_ACCEPT_PAUSE_NS;
+	if (li->li_resume < d->ld_next_check)
+		d->ld_next_check = li->li_resume;
+}
+
+/* A paused listener whose time has come accepts again; sets *next. */
+static void accept_resume(struct lockd *d, struct ld_listener *li, uint64_t *next)
+{
+	struct epoll_event ev = { .events = EPOLLIN, .data.ptr = li };
+
+	if (!li->li_resume)
+		return;
+	if (li->li_resume > d->ld_now) {
+		if (li->li_resume < *next)
+			*next = li->li_resume;
+		return;
+	}
+	if (epoll_ctl(d->ld_epfd, EPOLL_CTL_ADD, li->li_fd, &ev)) {
+		ld_log(d, LOG_ERR, "listener %s: epoll_ctl: %s; trying again in %llu ms", li->li_addr,
+		       strerror(errno), (unsigned long long)(LD_ACCEPT_PAUSE_NS / NS_PER_MS));
+		li->li_resume = d->ld_now + LD_ACCEPT_PAUSE_NS;
+		if (li->li_resume < *next)
+			*next = li->li_resume;
+		return;
+	}
+	li->li_resume = 0;
+}
+
 static void conn_accept(struct lockd *d, struct ld_listener *li)
 {
 	for (int i = 0; i < 16; i++) {
@@ -1235,13 +1296,13 @@ static void conn_accept(struct lockd *d, struct ld_listener *li)
 
 		if (fd < 0) {
 			if (errno != EAGAIN && errno != EINTR && errno != ECONNABORTED)
-				ld_log(d, LOG_ERR, "accept on %s: %s", li->li_addr, strerror(errno));
+				accept_pause(d, li, errno);
 			return;
 		}
 		cn = calloc(1, sizeof(*cn));
 		if (!cn) {
-			ld_log(d, LOG_ERR, "accept on %s: out of memory", li->li_addr);
 			close(fd);
+			accept_pause(d, li, ENOMEM);
 			return;
 		}
 		cn->cn_fd = fd;
@@ -1287,7 +1348,7 @@ static void conn_accept(struct lockd *d, struct ld_listener *li)
 	}
 }
 
-/* Handshake deadlines and leases; sets ld_next_check. */
+/* Handshake deadlines, leases and paused listeners; sets ld_next_check. */
 static void check_timers(struct lockd *d)
 {
 	uint64_t now = d->ld_now, next = now + 60000 * NS_PER_MS;
@@ -1306,6 +1367,8 @@ static void check_timers(struct lockd *d)
 			next = cn->cn_deadline;
 		}
 	}
+	for (int li = 0; li < d->ld_nlis; li++)
+		accept_resume(d, &d->ld_lis[li], &next);
 	list_for_each_safe(p, t, &d->ld_nodes) {
 		struct ld_node *nd = container_of(p, struct ld_node, nd_link);
 		uint64_t exp = nd->nd_last_hb + d->ld_lease_ns;

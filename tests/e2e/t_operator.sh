@@ -15,7 +15,7 @@
 # once: the block names this machine and the process, which is gone).
 # Then lockd's and the mount's own refusals: --listen on a file that is not
 # a socket (6), a secret file others can read or that is missing (10), a
-# node name over 63 bytes (8).
+# lockd at its file descriptor limit (13), a node name over 63 bytes (8).
 . "$(dirname "$0")/lib.sh"
 
 if ! t_is_shoal; then
@@ -184,6 +184,36 @@ refused "defect 10: shoal-lockd --secret-file that does not exist" \
 refused "defect 10: a mount with secret= that does not exist" \
 	"secret=$t_dir/nosecret: the cluster's secret file: No such file or directory" \
 	"$T_MOUNT" -o "lock=shoal:unix:$t_dir/lk1.sock,node=c,secret=$t_dir/nosecret" "$img" "$other"
+
+# --- defect 13: lockd at its file descriptor limit ---------------------------
+# 40 connections to a lockd allowed 24 descriptors: it must neither spin
+# nor flood its log (it logged 100,000 lines a second), and it serves a
+# node as soon as they are gone.
+(exec prlimit --nofile=24:24 "$T_LOCKD" -f --listen "unix:$t_dir/lk4.sock" 2>"$t_dir/lockd4.log") &
+lockd_pids+=($!)
+for _ in $(seq 100); do [ -S "$t_dir/lk4.sock" ] && break; sleep 0.05; done
+"$T_PY" - "$t_dir/lk4.sock" "$t_dir/lockd4.log" <<'EOF_PY'
+import socket, sys, time
+socks = []
+for i in range(40):
+    s = socket.socket(socket.AF_UNIX)
+    s.setblocking(False)
+    try:
+        s.connect(sys.argv[1])
+    except BlockingIOError:
+        pass
+    socks.append(s)
+# until lockd says it is at its limit (5 s at most), then 0.5 s more at it
+end = time.time() + 5
+while time.time() < end and "descriptor" not in open(sys.argv[2]).read():
+    time.sleep(0.05)
+time.sleep(0.5)
+EOF_PY
+n=$(grep -c "Too many open files" "$t_dir/lockd4.log" || true)
+check "defect 13: lockd at its fd limit says so" grep -q "file descriptor limit" "$t_dir/lockd4.log"
+check "... once, not in a loop ($n lines)" test "$n" -le 3
+check "... and serves a node once the connections are gone" \
+	timeout 10 "$SHOAL_BUILD/lockbench" lock "unix:$t_dir/lk4.sock" 10
 
 # --- defect 8: a node name longer than 63 bytes --------------------------------
 long=$(printf 'n%.0s' $(seq 64))
