@@ -1465,6 +1465,20 @@ void lockd_wake_stop(struct lockd *d)
 	}
 }
 
+/* Only this machine can connect to ss: 127.0.0.0/8, ::1, ::ffff:127.0.0.0/104. */
+static int addr_is_loopback(const struct sockaddr_storage *ss)
+{
+	if (ss->ss_family == AF_INET) {
+		const struct sockaddr_in *sin = (const struct sockaddr_in *)ss;
+		return (ntohl(sin->sin_addr.s_addr) >> 24) == 127;
+	}
+	if (ss->ss_family == AF_INET6) {
+		const struct in6_addr *a = &((const struct sockaddr_in6 *)ss)->sin6_addr;
+		return IN6_IS_ADDR_LOOPBACK(a) || (IN6_IS_ADDR_V4MAPPED(a) && a->s6_addr[12] == 127);
+	}
+	return 0;
+}
+
 static int listen_one(struct lockd *d, const char *addr, char *err, size_t errlen)
 {
 	struct ld_listener *li = &d->ld_lis[d->ld_nlis];
@@ -1475,6 +1489,17 @@ static int listen_one(struct lockd *d, const char *addr, char *err, size_t errle
 	rc = lkp_parse_addr(addr, 1, &la, err, errlen);
 	if (rc)
 		return rc;
+	/* whoever connects without a secret can join and take any lock */
+	if (!la.la_unix && !d->ld_secret && !addr_is_loopback(&la.la_ss)) {
+		if (!d->ld_cfg.insecure) {
+			snprintf(err, errlen, "listen %s: anyone who can reach it could join the "
+					      "cluster without a secret: give --secret-file (or "
+					      "--insecure on a network only the nodes reach)", addr);
+			return -EACCES;
+		}
+		ld_log(d, LOG_WARNING, "listening on %s without a secret (--insecure): anyone who "
+				       "can reach it can join the cluster", addr);
+	}
 	fd = socket(la.la_ss.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
 	if (fd < 0) {
 		rc = -errno;

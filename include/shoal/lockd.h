@@ -149,6 +149,7 @@ struct lockd_config {
 	void (*log)(void *arg, int prio, const char *line);
 	void *log_arg;
 	uint32_t handshake_ms;	 /* 0: 5000 */
+	int insecure;		 /* TCP beyond loopback without a secret: allowed (else refused) */
 };
 
 struct lockd;

@@ -14,8 +14,9 @@
 # and a crashed node's stale heartbeat is taken over by the next mount (at
 # once: the block names this machine and the process, which is gone).
 # Then lockd's and the mount's own refusals: --listen on a file that is not
-# a socket (6), a secret file others can read or that is missing (10), a
-# lockd at its file descriptor limit (13), a node name over 63 bytes (8).
+# a socket (6), a secret file others can read or that is missing (10), TCP
+# beyond loopback without a secret (9), a lockd at its file descriptor
+# limit (13), a node name over 63 bytes (8).
 . "$(dirname "$0")/lib.sh"
 
 if ! t_is_shoal; then
@@ -184,6 +185,11 @@ refused "defect 10: shoal-lockd --secret-file that does not exist" \
 refused "defect 10: a mount with secret= that does not exist" \
 	"secret=$t_dir/nosecret: the cluster's secret file: No such file or directory" \
 	"$T_MOUNT" -o "lock=shoal:unix:$t_dir/lk1.sock,node=c,secret=$t_dir/nosecret" "$img" "$other"
+
+# --- defect 9: TCP beyond loopback without a secret ----------------------------
+refused "defect 9: shoal-lockd --listen 0.0.0.0:0 without a secret" \
+	"listen 0.0.0.0:0: anyone who can reach it could join the cluster without a secret: give --secret-file \(or --insecure" \
+	timeout 10 "$T_LOCKD" -f --listen 0.0.0.0:0
 
 # --- defect 13: lockd at its file descriptor limit ---------------------------
 # 40 connections to a lockd allowed 24 descriptors: it must neither spin

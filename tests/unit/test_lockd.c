@@ -1007,6 +1007,58 @@ static void test_join_refusals(void **state)
 	lockd_stop(d);
 }
 
+/* Issue 23, defect 9: a lockd that anyone on the network can reach and
+ * join without a secret is refused, unless asked for by name. */
+static void test_tcp_needs_secret(void **state)
+{
+	static const char *open_addrs[] = { "0.0.0.0:0", "[::]:0" };
+	char err[256];
+	struct lockd *d;
+	int rc;
+
+	(void)state;
+	for (size_t i = 0; i < 2; i++) {
+		struct lockd_config cfg = { .lease_ms = 5000, .listen = { open_addrs[i] },
+					    .nlisten = 1 };
+		rc = lockd_start(&cfg, &d, err, sizeof(err));
+		if (!rc) {
+			lockd_stop(d);
+			fail_msg("lockd listened on %s without a secret", open_addrs[i]);
+		}
+		if (rc == -EAFNOSUPPORT) /* no IPv6 here */
+			continue;
+		assert_int_equal(rc, -EACCES);
+		assert_non_null(strstr(err, "without a secret"));
+		assert_non_null(strstr(err, "--secret-file"));
+		assert_non_null(strstr(err, "--insecure"));
+	}
+	/* the documented opt-out, with a warning */
+	{
+		struct lockd_config cfg = { .lease_ms = 5000, .listen = { "0.0.0.0:0" },
+					    .nlisten = 1, .insecure = 1 };
+		d = server_start_cfg(&cfg);
+		assert_true(log_wait("without a secret (--insecure)", 100));
+		lockd_stop(d);
+	}
+	/* with a secret */
+	{
+		char secret[160];
+		snprintf(secret, sizeof(secret), "%s/secret", tdir);
+		write_file(secret, "sesame\n");
+		struct lockd_config cfg = { .lease_ms = 5000, .listen = { "0.0.0.0:0" },
+					    .nlisten = 1, .secret_file = secret };
+		d = server_start_cfg(&cfg);
+		lockd_stop(d);
+	}
+	/* loopback only: the machine's users, as with a unix socket */
+	{
+		struct lockd_config cfg = { .lease_ms = 5000, .listen = { "127.0.0.1:0" },
+					    .nlisten = 1 };
+		d = server_start_cfg(&cfg);
+		lockd_stop(d);
+	}
+}
+
 /* Issue 23, defect 10: a secret file others can read or write is refused,
  * as ssh refuses such a key, and so is one owned by another user; a
  * missing one says which file and why. */
@@ -1760,6 +1812,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_join_refusals, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_join_journal_count, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_secret_file_mode, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_tcp_needs_secret, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_rejoin_jid, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_death_recovery, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_death_twice, setup, teardown),
