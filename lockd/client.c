@@ -792,6 +792,14 @@ static int handshake(struct lkc *c, const struct lkp_addr *la, const struct lkc_
 		snprintf(err, errlen, "lockd requires a secret and none is configured (bad secret)");
 		goto out_close;
 	}
+	if (!(cflags & LKP_CF_AUTH) && key) {
+		/* the cluster has a secret: a lockd without it is not the
+		 * cluster's (or was started without --secret-file) */
+		rc = -EACCES;
+		snprintf(err, errlen, "this node has a secret (secret=) but lockd does not ask for "
+				      "the secret: not joining a lockd that anyone can join");
+		goto out_close;
+	}
 	/* build the JOIN over the CHALLENGE, keeping its nonce */
 	{
 		uint8_t nonce[LKP_NONCE], *q = buf + LKP_HDR;

@@ -1059,6 +1059,31 @@ static void test_tcp_needs_secret(void **state)
 	}
 }
 
+/* Issue 23, defect 9: a client given a secret does not join a lockd that
+ * asks for none (not the cluster's lockd, or one started without it). */
+static void test_secret_client_checks_server(void **state)
+{
+	char secret[160], err[256];
+	struct tnode x;
+	struct lockd *d = server_start(5000);
+	int rc;
+
+	(void)state;
+	snprintf(secret, sizeof(secret), "%s/secret", tdir);
+	write_file(secret, "sesame\n");
+	rc = tnode_try_join(&x, "a", addr, TABLE, 4, secret, err, sizeof(err));
+	if (!rc) {
+		tnode_close(&x);
+		fail_msg("a client with a secret joined a lockd without one");
+	}
+	assert_int_equal(rc, -EACCES);
+	assert_non_null(strstr(err, "does not ask for the secret"));
+	rc = tnode_try_join(&x, "a", addr, TABLE, 4, NULL, err, sizeof(err));
+	assert_int_equal(rc, 0);
+	tnode_close(&x);
+	lockd_stop(d);
+}
+
 /* Issue 23, defect 10: a secret file others can read or write is refused,
  * as ssh refuses such a key, and so is one owned by another user; a
  * missing one says which file and why. */
@@ -1813,6 +1838,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_join_journal_count, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_secret_file_mode, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_tcp_needs_secret, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_secret_client_checks_server, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_rejoin_jid, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_death_recovery, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_death_twice, setup, teardown),
