@@ -804,7 +804,8 @@ static int handshake(struct lkc *c, const struct lkp_addr *la, const struct lkc_
 	{
 		uint8_t nonce[LKP_NONCE], *q = buf + LKP_HDR;
 		memcpy(nonce, p + 12, LKP_NONCE);
-		len = lkp_hdr(buf, LKP_JOIN, 0, LKP_JOIN_FIXED + nl + tl);
+		size_t ul = cfg->uuid ? LKP_UUID_LEN : 0;
+		len = lkp_hdr(buf, LKP_JOIN, 0, LKP_JOIN_FIXED + nl + tl + ul);
 		lkp_put32(q, LKP_VERSION);
 		lkp_put32(q + 4, cfg->njournals);
 		if (key && (cflags & LKP_CF_AUTH)) {
@@ -819,9 +820,12 @@ static int handshake(struct lkc *c, const struct lkp_addr *la, const struct lkc_
 		}
 		q[40] = (uint8_t)nl;
 		q[41] = (uint8_t)tl;
-		lkp_put16(q + 42, cfg->self_recover ? LKP_JF_SELF_RECOVER : 0);
+		lkp_put16(q + 42, (uint16_t)((cfg->self_recover ? LKP_JF_SELF_RECOVER : 0) |
+					     (cfg->uuid ? LKP_JF_UUID : 0)));
 		memcpy(q + 44, cfg->node, nl);
 		memcpy(q + 44 + nl, cfg->table, tl);
+		if (ul)
+			memcpy(q + 44 + nl + tl, cfg->uuid, ul);
 	}
 	c->c_fd = fd;
 	c->c_hb_ok = c->c_hb_sent = lkp_now_ns(); /* JOIN counts as the first heartbeat */

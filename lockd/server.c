@@ -48,7 +48,9 @@
  *      RECOVERY_DONE frees them all; if it LEAVEs first, RECOVER goes to
  *      every live node again).  RECOVERY_DONE(jid) counts only from a node
  *      that holds the journal lock (9, jid) in EX, under which it replayed;
- *  (6a) every jid is below ld_njournals, the journal count of the table's
+ *  (6a) a table serves one filesystem: once a JOIN has named its UUID
+ *      (ld_uuid), a JOIN naming another is refused;
+ *  (6b) every jid is below ld_njournals, the journal count of the table's
  *      disk, fixed by its first JOIN: a JOIN that names another count is
  *      refused (a jid beyond the disk's journals could never be replayed);
  *  (7) input is never trusted: a bad frame closes that connection with one
@@ -201,6 +203,8 @@ struct lockd {
 	size_t ld_secretlen;
 	char ld_table[LK_TABLE_MAX + 1];
 	uint32_t ld_njournals;	 /* the table's disk's, from its first JOIN; 0: none yet */
+	uint8_t ld_uuid[LKP_UUID_LEN]; /* the table's filesystem, from its first JOIN with one */
+	int ld_uuid_set;
 	uint64_t ld_lease_ns, ld_hs_ns;
 	int ld_epfd, ld_wakefd;
 	struct ld_listener ld_lis[8];
@@ -942,11 +946,28 @@ static void refuse(struct lockd *d, struct ld_conn *cn, int err, int retry, cons
 	cn->cn_close_after_flush = 1;
 }
 
+/* A UUID as 8-4-4-4-12 hex digits (out: 37 bytes). */
+static void uuid_str(const uint8_t *u, char *out)
+{
+	static const char hexd[] = "0123456789abcdef";
+	char *o = out;
+
+	for (int i = 0; i < LKP_UUID_LEN; i++) {
+		if (i == 4 || i == 6 || i == 8 || i == 10)
+			*o++ = '-';
+		*o++ = hexd[u[i] >> 4];
+		*o++ = hexd[u[i] & 15];
+	}
+	*o = 0;
+}
+
 static void do_join(struct lockd *d, struct ld_conn *cn, const uint8_t *p, size_t plen)
 {
 	uint32_t version = lkp_get32(p), njournals = lkp_get32(p + 4);
-	const uint8_t *mac = p + 8;
+	const uint8_t *mac = p + 8, *uuid = NULL;
 	size_t nl = p[40], tl = p[41];
+	uint16_t jflags = lkp_get16(p + 42);
+	size_t ul = jflags & LKP_JF_UUID ? LKP_UUID_LEN : 0;
 	char name[LK_NAME_MAX + 1], table[LK_TABLE_MAX + 1];
 	struct ld_node *nd, *back;
 	struct ld_list *q, *t;
@@ -958,9 +979,9 @@ static void do_join(struct lockd *d, struct ld_conn *cn, const uint8_t *p, size_
 		       LKP_VERSION);
 		return;
 	}
-	if (LKP_JOIN_FIXED + nl + tl != plen || !lkp_valid_name((const char *)p + 44, nl) ||
+	if (LKP_JOIN_FIXED + nl + tl + ul != plen || !lkp_valid_name((const char *)p + 44, nl) ||
 	    !lkp_valid_table((const char *)p + 44 + nl, tl) ||
-	    (lkp_get16(p + 42) & ~LKP_JF_SELF_RECOVER)) {
+	    (jflags & ~(LKP_JF_SELF_RECOVER | LKP_JF_UUID))) {
 		ld_log(d, LOG_WARNING, "%s: malformed JOIN (bad name or table); closing", cn->cn_peer);
 		conn_close(d, cn, NULL);
 		return;
@@ -969,6 +990,8 @@ static void do_join(struct lockd *d, struct ld_conn *cn, const uint8_t *p, size_
 	name[nl] = 0;
 	memcpy(table, p + 44 + nl, tl);
 	table[tl] = 0;
+	if (ul)
+		uuid = p + 44 + nl + tl;
 	if (d->ld_secret) {
 		uint8_t want[LK_HMAC_LEN];
 		if (lk_hmac_sha256(d->ld_secret, d->ld_secretlen, cn->cn_nonce, LKP_NONCE, name, nl,
@@ -984,6 +1007,18 @@ static void do_join(struct lockd *d, struct ld_conn *cn, const uint8_t *p, size_
 	}
 	if (d->ld_table[0] && strcmp(d->ld_table, table)) {
 		refuse(d, cn, EINVAL, 0, "serves table %s, not %s", d->ld_table, table);
+		return;
+	}
+	/* one table, one filesystem: a node of another one would take locks
+	 * that name other blocks, and a dead node's locks would be released
+	 * once a journal on the wrong disk was replayed */
+	if (uuid && d->ld_uuid_set && memcmp(uuid, d->ld_uuid, LKP_UUID_LEN)) {
+		char want[37], got[37];
+		uuid_str(d->ld_uuid, want);
+		uuid_str(uuid, got);
+		refuse(d, cn, EINVAL, 0, "table %s belongs to filesystem %s, not %s (node %s: "
+					 "another filesystem with the same lock table?)", table, want,
+		       got, name);
 		return;
 	}
 	/* one table, one disk, one journal count: a jid beyond the disk's
@@ -1008,7 +1043,7 @@ static void do_join(struct lockd *d, struct ld_conn *cn, const uint8_t *p, size_
 	 * mount replays it before taking any other lock and sends
 	 * RECOVERY_DONE itself (6) */
 	back = node_by_name(d, name, 1);
-	if (back && !(lkp_get16(p + 42) & LKP_JF_SELF_RECOVER)) {
+	if (back && !(jflags & LKP_JF_SELF_RECOVER)) {
 		/* a client that would not replay its own journal */
 		refuse(d, cn, EAGAIN, 1, "node name %s is pending recovery; retry later", name);
 		return;
@@ -1041,6 +1076,13 @@ static void do_join(struct lockd *d, struct ld_conn *cn, const uint8_t *p, size_
 	if (!d->ld_njournals) {
 		d->ld_njournals = njournals;
 		ld_log(d, LOG_NOTICE, "table %s has %u journals", table, njournals);
+	}
+	if (uuid && !d->ld_uuid_set) {
+		char u[37];
+		memcpy(d->ld_uuid, uuid, LKP_UUID_LEN);
+		d->ld_uuid_set = 1;
+		uuid_str(uuid, u);
+		ld_log(d, LOG_NOTICE, "table %s is filesystem %s", table, u);
 	}
 	memcpy(nd->nd_name, name, nl + 1);
 	nd->nd_jid = jid;

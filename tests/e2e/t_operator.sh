@@ -158,6 +158,15 @@ fill
 refused "defect 2: node b of a second lockd on the same disk elsewhere" \
 	"in use on another machine.*journal 0's heartbeat: node 'a'" \
 	"$T_MOUNT" -o "lock=shoal:unix:$t_dir/lk2.sock,node=b" "$dev" "$other"
+# --- defect 5: another filesystem with the same lock table on that lockd -------
+table="optest:$(basename "$t_dir" | tr -cd 'a-zA-Z0-9' | head -c 12)"
+t_mkfs "$t_dir/img2" 64M -j 2 -J 4M -t "$table"
+refused "defect 5: a node of another filesystem with the same lock table" \
+	"table $table belongs to filesystem [0-9a-f-]{36}, not [0-9a-f-]{36}" \
+	"$T_MOUNT" -o "lock=shoal:unix:$t_dir/lk1.sock,node=c" "$t_dir/img2" "$other"
+rc=0
+t_fsck "$t_dir/img2" >"$t_dir/fsck.out" 2>&1 || rc=$?
+check_eq "... the other filesystem is untouched (fsck.shoal -n)" 0 "$rc"
 unchanged "two lock servers" "lock=shoal:unix:$t_dir/lk1.sock,node=a"
 
 # --- defect 6: --listen unix:PATH on a file that is not a socket -------------

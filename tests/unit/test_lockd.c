@@ -1153,6 +1153,48 @@ static void test_secret_file_mode(void **state)
 	lockd_stop(d);
 }
 
+/* Issue 23, defect 5: a table is one filesystem's; JOIN names its UUID. */
+static int join_uuid(struct tnode *t, const char *name, const uint8_t *uuid, char *err,
+		     size_t errlen)
+{
+	struct lkc_config cfg = { .addr = addr, .node = name, .table = TABLE, .njournals = 4,
+				  .uuid = uuid, .ops = &tops, .arg = t, .self_recover = 1 };
+
+	memset(t, 0, sizeof(*t));
+	pthread_mutex_init(&t->mu, NULL);
+	pthread_cond_init(&t->cv, NULL);
+	return lkc_connect(&cfg, &t->c, &t->jid, &t->lease, err, errlen);
+}
+
+static void test_join_uuid(void **state)
+{
+	static const uint8_t u1[16] = { 0x11, 0x22, 0x33, 0x44, 0x55, 0x66, 0x47, 0x88,
+					0x99, 0xaa, 0xbb, 0xcc, 0xdd, 0xee, 0xff, 0x00 };
+	static const uint8_t u2[16] = { 0x11, 0x22, 0x33, 0x44, 0x55, 0x66, 0x47, 0x88,
+					0x99, 0xaa, 0xbb, 0xcc, 0xdd, 0xee, 0xff, 0x01 };
+	struct lockd *d = server_start(5000);
+	struct tnode a, b, x;
+	char err[256];
+
+	(void)state;
+	if (join_uuid(&a, "a", u1, err, sizeof(err)))
+		fail_msg("join a: %s", err);
+	assert_int_equal(join_uuid(&x, "x", u2, err, sizeof(err)), -EINVAL);
+	assert_non_null(strstr(err, "table test:fs belongs to filesystem "
+				    "11223344-5566-4788-99aa-bbccddeeff00, not "
+				    "11223344-5566-4788-99aa-bbccddeeff01"));
+	if (join_uuid(&b, "b", u1, err, sizeof(err)))
+		fail_msg("join b: %s", err);
+	assert_int_equal(b.jid, 1);
+	tnode_close(&b);
+	tnode_join(&b, "b"); /* a client that sends no UUID: not checked */
+	tnode_close(&b);
+	tnode_close(&a);
+	/* the binding stays when every node has gone */
+	assert_int_equal(join_uuid(&x, "x", u2, err, sizeof(err)), -EINVAL);
+	lockd_stop(d);
+}
+
 /* Issue 23, defect 7: the first JOIN fixes the table's journal count (its
  * disk's); a node that says its disk has more journals would get a jid no
  * other node can replay, and its locks would never be released. */
@@ -1836,6 +1878,7 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_lock_many, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_join_refusals, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_join_journal_count, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_join_uuid, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_secret_file_mode, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_tcp_needs_secret, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_secret_client_checks_server, setup, teardown),
