@@ -48,7 +48,7 @@
 #include "shoal/shoal.h"
 
 #define FMT_DEFAULT_JOURNALS 2u
-#define FMT_DEFAULT_LOCKTABLE "shoal:shoal"
+#define FMT_DEFAULT_LOCKTABLE_PREFIX "shoal:" /* + the UUID in hex */
 #define FMT_DEFAULT_LOCKPROTO "shoal"
 #define FMT_MAX_JOURNALS 256u
 #define FMT_MIN_JBLOCKS 256u
@@ -111,8 +111,8 @@ static int fmt_plan(const struct shoal_dev *dev, const struct shoal_format_opts 
 	fl->fl_jcount = opts && opts->fo_journals ? opts->fo_journals : FMT_DEFAULT_JOURNALS;
 	jbytes = opts && opts->fo_jbytes ? opts->fo_jbytes
 					 : shoal_default_jbytes(dev->d_size, fl->fl_jcount, fl->fl_bsize);
-	fl->fl_locktable =
-		opts && opts->fo_locktable ? opts->fo_locktable : FMT_DEFAULT_LOCKTABLE;
+	/* NULL: "shoal:" and the UUID, made with it (fmt_fill_sb) */
+	fl->fl_locktable = opts ? opts->fo_locktable : NULL;
 	fl->fl_lockproto =
 		opts && opts->fo_lockproto ? opts->fo_lockproto : FMT_DEFAULT_LOCKPROTO;
 
@@ -126,7 +126,7 @@ static int fmt_plan(const struct shoal_dev *dev, const struct shoal_format_opts 
 	if (jblocks < FMT_MIN_JBLOCKS || jblocks > UINT32_MAX)
 		return -EINVAL;
 	fl->fl_jblocks = (uint32_t)jblocks;
-	if (fmt_check_locktable(fl->fl_locktable))
+	if (fl->fl_locktable && fmt_check_locktable(fl->fl_locktable))
 		return -EINVAL;
 	if (fl->fl_lockproto[0] == '\0' || strlen(fl->fl_lockproto) >= SHOAL_LOCKPROTO_LEN)
 		return -EINVAL;
@@ -332,7 +332,22 @@ static int fmt_fill_sb(const struct fmt_layout *fl, void *b, int64_t now, uint8_
 	sb->sb_uuid[8] = (uint8_t)((sb->sb_uuid[8] & 0x3f) | 0x80);
 	memcpy(uuid, sb->sb_uuid, 16);
 	/* lengths were checked in fmt_plan(): both fit with their NUL */
-	memcpy(sb->sb_locktable, fl->fl_locktable, strlen(fl->fl_locktable));
+	if (fl->fl_locktable) {
+		memcpy(sb->sb_locktable, fl->fl_locktable, strlen(fl->fl_locktable));
+	} else {
+		/* this filesystem's own: lockd binds a table to one filesystem,
+		 * so one default for every disk would keep a second cluster out */
+		static const char hexd[] = "0123456789abcdef";
+		char *t = sb->sb_locktable;
+		_Static_assert(sizeof(FMT_DEFAULT_LOCKTABLE_PREFIX) - 1 + 32 < SHOAL_LOCKNAME_LEN,
+			       "default lock table fits");
+		memcpy(t, FMT_DEFAULT_LOCKTABLE_PREFIX, sizeof(FMT_DEFAULT_LOCKTABLE_PREFIX) - 1);
+		t += sizeof(FMT_DEFAULT_LOCKTABLE_PREFIX) - 1;
+		for (int i = 0; i < 16; i++) {
+			*t++ = hexd[sb->sb_uuid[i] >> 4];
+			*t++ = hexd[sb->sb_uuid[i] & 15];
+		}
+	}
 	memcpy(sb->sb_lockproto, fl->fl_lockproto, strlen(fl->fl_lockproto));
 	sb->sb_root = fl->fl_root;
 	sb->sb_jfirst = fl->fl_jfirst;
@@ -425,6 +440,8 @@ int shoal_format(struct shoal_dev *dev, const struct shoal_format_opts *opts,
 		info->fi_journals = fl.fl_jcount;
 		info->fi_jblocks = fl.fl_jblocks;
 		memcpy(info->fi_uuid, uuid, sizeof(uuid));
+		memcpy(info->fi_locktable, ((const struct shoal_sb *)b)->sb_locktable,
+		       SHOAL_LOCKNAME_LEN);
 	}
 out_free:
 	free(b);

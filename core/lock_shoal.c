@@ -95,6 +95,7 @@ static int lks_mount(struct shoal_fs *fs, const char *table, const char *node,
 	cfg.node = node;
 	cfg.table = table;
 	cfg.njournals = fs->fs_sb.sb_jcount;
+	cfg.uuid = fs->fs_sb.sb_uuid; /* lockd serves one filesystem per table */
 	cfg.secret_file = fs->fs_opts.mo_secret;
 	cfg.ops = &shoal_lkc_ops;
 	cfg.arg = fs;

@@ -102,7 +102,8 @@ static void usage(FILE *out)
 		"  lock=nolock            a single node, no lock server (the default)\n"
 		"  lock=shoal://HOST:PORT, lock=shoal:unix:PATH\n"
 		"                         a cluster: the shoal-lockd at that address\n"
-		"  secret=FILE            the cluster's shared secret (lockd --secret-file)\n"
+		"  secret=FILE            the cluster's shared secret (lockd --secret-file;\n"
+		"                         mode 0600 or stricter, yours or root's)\n"
 		"  entry_timeout=SECONDS  how long the kernel may cache names (default\n"
 		"                         86400; a cluster on a kernel without FUSE's\n"
 		"                         epoch notification: 0, every path walk asks)\n"
@@ -222,8 +223,15 @@ static void parse_one(struct smount *sm, struct mount_args *ma, const char *opt)
 	} else if (!strncmp(opt, "secret=", 7)) {
 		if (!*val)
 			die_usage("%s: want the file holding the cluster's secret", opt);
-		char *p = abs_path(val, 0);
-		snprintf(secret_path, sizeof(secret_path), "%s", p ? p : val);
+		/* lockd's client reads it (mode 0600 or stricter, ours or
+		 * root's) after the daemon has changed directory */
+		char *p = realpath(val, NULL);
+		if (!p) {
+			fprintf(stderr, PROG ": secret=%s: the cluster's secret file: %s\n", val,
+				strerror(errno));
+			exit(1);
+		}
+		snprintf(secret_path, sizeof(secret_path), "%s", p);
 		free(p);
 		o->mo_secret = secret_path;
 	} else if (!strncmp(opt, "entry_timeout=", 14)) {

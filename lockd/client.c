@@ -40,7 +40,7 @@
 #include <unistd.h>
 
 #include "lk_proto.h"
-#include "lk_sha256.h"
+#include "lk_crypto.h"
 #include "shoal/lockd.h"
 
 static uint64_t boot_now_ns(void)
@@ -792,22 +792,40 @@ static int handshake(struct lkc *c, const struct lkp_addr *la, const struct lkc_
 		snprintf(err, errlen, "lockd requires a secret and none is configured (bad secret)");
 		goto out_close;
 	}
+	if (!(cflags & LKP_CF_AUTH) && key) {
+		/* the cluster has a secret: a lockd without it is not the
+		 * cluster's (or was started without --secret-file) */
+		rc = -EACCES;
+		snprintf(err, errlen, "this node has a secret (secret=) but lockd does not ask for "
+				      "the secret: not joining a lockd that anyone can join");
+		goto out_close;
+	}
 	/* build the JOIN over the CHALLENGE, keeping its nonce */
 	{
 		uint8_t nonce[LKP_NONCE], *q = buf + LKP_HDR;
 		memcpy(nonce, p + 12, LKP_NONCE);
-		len = lkp_hdr(buf, LKP_JOIN, 0, LKP_JOIN_FIXED + nl + tl);
+		size_t ul = cfg->uuid ? LKP_UUID_LEN : 0;
+		len = lkp_hdr(buf, LKP_JOIN, 0, LKP_JOIN_FIXED + nl + tl + ul);
 		lkp_put32(q, LKP_VERSION);
 		lkp_put32(q + 4, cfg->njournals);
-		if (key && (cflags & LKP_CF_AUTH))
-			lk_hmac_sha256(key, keylen, nonce, LKP_NONCE, cfg->node, nl, q + 8);
-		else
-			memset(q + 8, 0, LK_SHA256_LEN);
+		if (key && (cflags & LKP_CF_AUTH)) {
+			rc = lk_hmac_sha256(key, keylen, nonce, LKP_NONCE, cfg->node, nl, q + 8);
+			if (rc) {
+				snprintf(err, errlen, "HMAC-SHA256 of the JOIN (libcrypto): %s",
+					 strerror(-rc));
+				goto out_close;
+			}
+		} else {
+			memset(q + 8, 0, LK_HMAC_LEN);
+		}
 		q[40] = (uint8_t)nl;
 		q[41] = (uint8_t)tl;
-		lkp_put16(q + 42, cfg->self_recover ? LKP_JF_SELF_RECOVER : 0);
+		lkp_put16(q + 42, (uint16_t)((cfg->self_recover ? LKP_JF_SELF_RECOVER : 0) |
+					     (cfg->uuid ? LKP_JF_UUID : 0)));
 		memcpy(q + 44, cfg->node, nl);
 		memcpy(q + 44 + nl, cfg->table, tl);
+		if (ul)
+			memcpy(q + 44 + nl + tl, cfg->uuid, ul);
 	}
 	c->c_fd = fd;
 	c->c_hb_ok = c->c_hb_sent = lkp_now_ns(); /* JOIN counts as the first heartbeat */
@@ -840,6 +858,12 @@ static int handshake(struct lkc *c, const struct lkp_addr *la, const struct lkc_
 		goto out_close;
 	}
 	c->c_jid = lkp_get32(p);
+	if (c->c_jid >= cfg->njournals) {
+		rc = -EPROTO;
+		snprintf(err, errlen, "lockd gave journal %u; the disk has %u", c->c_jid,
+			 cfg->njournals);
+		goto out_close;
+	}
 	*lease_ms = lkp_get32(p + 4);
 	if (*lease_ms < 4) {
 		rc = -EPROTO;

@@ -189,6 +189,39 @@ void lkp_format_addr(const struct sockaddr *sa, socklen_t len, char *buf, size_t
 	}
 }
 
+/*
+ * The secret must be a regular file only its owner can read or write, and
+ * that owner this process's user or root, as ssh demands of a private key
+ * and corosync of its authkey: whoever can read it can join the cluster.
+ */
+static int secret_file_private(int fd, const char *path, char *err, size_t errlen)
+{
+	struct stat st;
+
+	if (fstat(fd, &st)) {
+		int e = errno;
+		snprintf(err, errlen, "secret file %s: %s", path, strerror(e));
+		return -e;
+	}
+	if (!S_ISREG(st.st_mode)) {
+		snprintf(err, errlen, "secret file %s: not a regular file", path);
+		return -EINVAL;
+	}
+	if (st.st_mode & 077) {
+		snprintf(err, errlen, "secret file %s is readable or writable by group or others "
+				      "(mode 0%o): refused; chmod 600 %s",
+			 path, (unsigned)(st.st_mode & 07777), path);
+		return -EACCES;
+	}
+	if (st.st_uid != geteuid() && st.st_uid != 0) {
+		snprintf(err, errlen, "secret file %s is owned by uid %u, not by this user (uid %u) "
+				      "or root: refused",
+			 path, (unsigned)st.st_uid, (unsigned)geteuid());
+		return -EACCES;
+	}
+	return 0;
+}
+
 int lkp_read_secret(const char *path, uint8_t **key, size_t *keylen, char *err, size_t errlen)
 {
 	uint8_t *buf;
@@ -198,11 +231,16 @@ int lkp_read_secret(const char *path, uint8_t **key, size_t *keylen, char *err, 
 
 	*key = NULL;
 	*keylen = 0;
-	fd = open(path, O_RDONLY | O_CLOEXEC);
+	fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY);
 	if (fd < 0) {
 		e = errno;
 		snprintf(err, errlen, "secret file %s: %s", path, strerror(e));
 		return -e;
+	}
+	e = secret_file_private(fd, path, err, errlen);
+	if (e) {
+		close(fd);
+		return e;
 	}
 	buf = malloc(4097);
 	if (!buf) {

@@ -54,6 +54,8 @@ enum lkp_type {
 #define LKP_RF_RETRY 0x1	/* REFUSE: try again later */
 #define LKP_JF_SELF_RECOVER 0x1 /* JOIN jflags: this node's mount replays its own journal
 				  * and sends RECOVERY_DONE for it (PROTOCOL.md) */
+#define LKP_JF_UUID 0x2		/* JOIN jflags: the filesystem's UUID follows the table */
+#define LKP_UUID_LEN 16
 #define LKP_LF_LVB 0x10000	/* LOCK/UNLOCK: the lvb field carries a value */
 #define LKP_LF_MASK (0x1 | 0x2 | LKP_LF_LVB) /* LKF_TRY | LKF_TRY_1CB | LKP_LF_LVB */
 
@@ -126,7 +128,9 @@ void lkp_format_addr(const struct sockaddr *sa, socklen_t len, char *buf, size_t
 
 /*
  * Read the secret file: its contents without trailing CR/LF.  *key is
- * malloc'd.  -errno with a reason when unreadable, empty or over 4 KiB.
+ * malloc'd.  -errno with a reason when missing, unreadable, not a regular
+ * file, open to group or others (-EACCES), owned by another user than this
+ * one or root (-EACCES), empty or over 4 KiB.
  */
 int lkp_read_secret(const char *path, uint8_t **key, size_t *keylen, char *err, size_t errlen);
 

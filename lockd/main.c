@@ -35,9 +35,11 @@ static void usage(FILE *f)
 	fprintf(f,
 		"usage: shoal-lockd --listen unix:PATH|HOST:PORT [--listen ...] [-f|--foreground]\n"
 		"                   [--pid-file FILE] [--syslog] [--secret-file FILE]\n"
-		"                   [--lease SECONDS] [--table CLUSTER:FSNAME] [-v]\n"
+		"                   [--lease SECONDS] [--table CLUSTER:FSNAME] [--insecure] [-v]\n"
 		"The shoal lock manager (docs/PROTOCOL.md). Without -f it runs in the background\n"
-		"once its sockets are bound. --lease may be fractional (default 8).\n");
+		"once its sockets are bound. --lease may be fractional (default 8).\n"
+		"A TCP address other than loopback needs --secret-file, or --insecure to let\n"
+		"anyone who can reach it join.\n");
 }
 
 static int write_pid_file(const char *path, pid_t pid)
@@ -67,6 +69,7 @@ int main(int argc, char **argv)
 		{ "lease", required_argument, NULL, 'L' },
 		{ "table", required_argument, NULL, 't' },
 		{ "verbose", no_argument, NULL, 'v' },
+		{ "insecure", no_argument, NULL, 'I' },
 		{ "help", no_argument, NULL, 'h' },
 		{ NULL, 0, NULL, 0 },
 	};
@@ -113,6 +116,9 @@ int main(int argc, char **argv)
 			break;
 		case 'v':
 			cfg.verbose = 1;
+			break;
+		case 'I':
+			cfg.insecure = 1;
 			break;
 		case 'h':
 			usage(stdout);

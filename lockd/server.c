@@ -48,6 +48,11 @@
  *      RECOVERY_DONE frees them all; if it LEAVEs first, RECOVER goes to
  *      every live node again).  RECOVERY_DONE(jid) counts only from a node
  *      that holds the journal lock (9, jid) in EX, under which it replayed;
+ *  (6a) a table serves one filesystem: once a JOIN has named its UUID
+ *      (ld_uuid), a JOIN naming another is refused;
+ *  (6b) every jid is below ld_njournals, the journal count of the table's
+ *      disk, fixed by its first JOIN: a JOIN that names another count is
+ *      refused (a jid beyond the disk's journals could never be replayed);
  *  (7) input is never trusted: a bad frame closes that connection with one
  *      log line and changes no other state;
  *  (8) one thread runs the loop; nothing here is shared with another thread
@@ -67,6 +72,7 @@
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <sys/random.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -75,7 +81,7 @@
 
 #include "lk_proto.h"
 #include "lk_server.h"
-#include "lk_sha256.h"
+#include "lk_crypto.h"
 #include "shoal/lockd.h"
 
 #define GL_JOURNAL_TYPE 9	   /* journal locks: released at death */
@@ -85,6 +91,8 @@
 #define LD_OUTMAX (16u << 20)	   /* a peer that lets this much pile up is dropped */
 #define LD_HIST_MAX 1024	   /* remembered name -> jid pairs */
 #define NS_PER_MS 1000000ull
+#define LD_ACCEPT_PAUSE_NS (100 * NS_PER_MS) /* after an accept error (EMFILE...) */
+#define LD_ACCEPT_LOG_NS (10000 * NS_PER_MS) /* at most one accept error line per 10 s */
 
 struct ld_list {
 	struct ld_list *next, *prev;
@@ -184,6 +192,9 @@ struct ld_listener {
 	int li_unix;
 	char li_addr[128];
 	char li_path[108];
+	uint64_t li_resume;	 /* ns; accepting paused until then (0: not paused) */
+	uint64_t li_next_log;	 /* ns; an accept error before then is only counted */
+	uint32_t li_unlogged;	 /* accept errors not logged since the last line */
 };
 
 struct lockd {
@@ -191,6 +202,9 @@ struct lockd {
 	uint8_t *ld_secret;
 	size_t ld_secretlen;
 	char ld_table[LK_TABLE_MAX + 1];
+	uint32_t ld_njournals;	 /* the table's disk's, from its first JOIN; 0: none yet */
+	uint8_t ld_uuid[LKP_UUID_LEN]; /* the table's filesystem, from its first JOIN with one */
+	int ld_uuid_set;
 	uint64_t ld_lease_ns, ld_hs_ns;
 	int ld_epfd, ld_wakefd;
 	struct ld_listener ld_lis[8];
@@ -932,11 +946,28 @@ static void refuse(struct lockd *d, struct ld_conn *cn, int err, int retry, cons
 	cn->cn_close_after_flush = 1;
 }
 
+/* A UUID as 8-4-4-4-12 hex digits (out: 37 bytes). */
+static void uuid_str(const uint8_t *u, char *out)
+{
+	static const char hexd[] = "0123456789abcdef";
+	char *o = out;
+
+	for (int i = 0; i < LKP_UUID_LEN; i++) {
+		if (i == 4 || i == 6 || i == 8 || i == 10)
+			*o++ = '-';
+		*o++ = hexd[u[i] >> 4];
+		*o++ = hexd[u[i] & 15];
+	}
+	*o = 0;
+}
+
 static void do_join(struct lockd *d, struct ld_conn *cn, const uint8_t *p, size_t plen)
 {
 	uint32_t version = lkp_get32(p), njournals = lkp_get32(p + 4);
-	const uint8_t *mac = p + 8;
+	const uint8_t *mac = p + 8, *uuid = NULL;
 	size_t nl = p[40], tl = p[41];
+	uint16_t jflags = lkp_get16(p + 42);
+	size_t ul = jflags & LKP_JF_UUID ? LKP_UUID_LEN : 0;
 	char name[LK_NAME_MAX + 1], table[LK_TABLE_MAX + 1];
 	struct ld_node *nd, *back;
 	struct ld_list *q, *t;
@@ -948,9 +979,9 @@ static void do_join(struct lockd *d, struct ld_conn *cn, const uint8_t *p, size_
 		       LKP_VERSION);
 		return;
 	}
-	if (LKP_JOIN_FIXED + nl + tl != plen || !lkp_valid_name((const char *)p + 44, nl) ||
+	if (LKP_JOIN_FIXED + nl + tl + ul != plen || !lkp_valid_name((const char *)p + 44, nl) ||
 	    !lkp_valid_table((const char *)p + 44 + nl, tl) ||
-	    (lkp_get16(p + 42) & ~LKP_JF_SELF_RECOVER)) {
+	    (jflags & ~(LKP_JF_SELF_RECOVER | LKP_JF_UUID))) {
 		ld_log(d, LOG_WARNING, "%s: malformed JOIN (bad name or table); closing", cn->cn_peer);
 		conn_close(d, cn, NULL);
 		return;
@@ -959,16 +990,43 @@ static void do_join(struct lockd *d, struct ld_conn *cn, const uint8_t *p, size_
 	name[nl] = 0;
 	memcpy(table, p + 44 + nl, tl);
 	table[tl] = 0;
+	if (ul)
+		uuid = p + 44 + nl + tl;
 	if (d->ld_secret) {
-		uint8_t want[LK_SHA256_LEN];
-		lk_hmac_sha256(d->ld_secret, d->ld_secretlen, cn->cn_nonce, LKP_NONCE, name, nl, want);
-		if (lk_memcmp_ct(want, mac, LK_SHA256_LEN)) {
+		uint8_t want[LK_HMAC_LEN];
+		if (lk_hmac_sha256(d->ld_secret, d->ld_secretlen, cn->cn_nonce, LKP_NONCE, name, nl,
+				   want)) {
+			refuse(d, cn, EIO, 1, "node %s: cannot check its secret (HMAC-SHA256 in "
+					      "libcrypto failed)", name);
+			return;
+		}
+		if (lk_memcmp_ct(want, mac, LK_HMAC_LEN)) {
 			refuse(d, cn, EACCES, 0, "node %s: authentication failed (bad secret)", name);
 			return;
 		}
 	}
 	if (d->ld_table[0] && strcmp(d->ld_table, table)) {
 		refuse(d, cn, EINVAL, 0, "serves table %s, not %s", d->ld_table, table);
+		return;
+	}
+	/* one table, one filesystem: a node of another one would take locks
+	 * that name other blocks, and a dead node's locks would be released
+	 * once a journal on the wrong disk was replayed */
+	if (uuid && d->ld_uuid_set && memcmp(uuid, d->ld_uuid, LKP_UUID_LEN)) {
+		char want[37], got[37];
+		uuid_str(d->ld_uuid, want);
+		uuid_str(uuid, got);
+		refuse(d, cn, EINVAL, 0, "table %s belongs to filesystem %s, not %s (node %s: "
+					 "another filesystem with the same lock table?)", table, want,
+		       got, name);
+		return;
+	}
+	/* one table, one disk, one journal count: a jid beyond the disk's
+	 * journals could never be replayed by another node (its locks would
+	 * stay forever) */
+	if (d->ld_njournals && njournals != d->ld_njournals) {
+		refuse(d, cn, EINVAL, 0, "table %s has %u journals, not %u (node %s: a disk "
+					 "that is not the table's?)", table, d->ld_njournals, njournals, name);
 		return;
 	}
 	nd = node_by_name(d, name, 0);
@@ -985,15 +1043,9 @@ static void do_join(struct lockd *d, struct ld_conn *cn, const uint8_t *p, size_
 	 * mount replays it before taking any other lock and sends
 	 * RECOVERY_DONE itself (6) */
 	back = node_by_name(d, name, 1);
-	if (back && !(lkp_get16(p + 42) & LKP_JF_SELF_RECOVER)) {
+	if (back && !(jflags & LKP_JF_SELF_RECOVER)) {
 		/* a client that would not replay its own journal */
 		refuse(d, cn, EAGAIN, 1, "node name %s is pending recovery; retry later", name);
-		return;
-	}
-	if (back && back->nd_jid >= njournals) {
-		refuse(d, cn, EAGAIN, 1, "node name %s is pending recovery of journal %u, which a "
-					 "node of %u journals cannot do; retry later", name, back->nd_jid,
-		       njournals);
 		return;
 	}
 	if (back)
@@ -1020,6 +1072,17 @@ static void do_join(struct lockd *d, struct ld_conn *cn, const uint8_t *p, size_
 	if (!d->ld_table[0]) {
 		snprintf(d->ld_table, sizeof(d->ld_table), "%s", table);
 		ld_log(d, LOG_NOTICE, "serving table %s", table);
+	}
+	if (!d->ld_njournals) {
+		d->ld_njournals = njournals;
+		ld_log(d, LOG_NOTICE, "table %s has %u journals", table, njournals);
+	}
+	if (uuid && !d->ld_uuid_set) {
+		char u[37];
+		memcpy(d->ld_uuid, uuid, LKP_UUID_LEN);
+		d->ld_uuid_set = 1;
+		uuid_str(uuid, u);
+		ld_log(d, LOG_NOTICE, "table %s is filesystem %s", table, u);
 	}
 	memcpy(nd->nd_name, name, nl + 1);
 	nd->nd_jid = jid;
@@ -1208,6 +1271,61 @@ static void conn_read(struct lockd *d, struct ld_conn *cn)
 	}
 }
 
+/*
+ * accept failed with err (EMFILE at the descriptor limit, ENFILE, ENOMEM...):
+ * the listener stays readable, so it leaves epoll for LD_ACCEPT_PAUSE_NS
+ * (check_timers brings it back) instead of failing again at once in a
+ * loop; one log line per LD_ACCEPT_LOG_NS, with the count of the others.
+ */
+static void accept_pause(struct lockd *d, struct ld_listener *li, int err)
+{
+	if (d->ld_now >= li->li_next_log) {
+		struct rlimit rl = { 0 };
+		char lim[96] = "";
+
+		if (err == EMFILE && !getrlimit(RLIMIT_NOFILE, &rl))
+			snprintf(lim, sizeof(lim), " (at its file descriptor limit, %llu: raise "
+						   "RLIMIT_NOFILE)", (unsigned long long)rl.rlim_cur);
+		ld_log(d, LOG_ERR, "accept on %s: %s%s; new connections wait %llu ms", li->li_addr,
+		       strerror(err), lim, (unsigned long long)(LD_ACCEPT_PAUSE_NS / NS_PER_MS));
+		if (li->li_unlogged)
+			ld_log(d, LOG_ERR, "accept on %s: %u more failures since the last message",
+			       li->li_addr, li->li_unlogged);
+		li->li_unlogged = 0;
+		li->li_next_log = d->ld_now + LD_ACCEPT_LOG_NS;
+	} else {
+		li->li_unlogged++;
+	}
+	if (epoll_ctl(d->ld_epfd, EPOLL_CTL_DEL, li->li_fd, NULL))
+		return; /* not paused: the next turn tries again */
+	li->li_resume = d->ld_now + LD_ACCEPT_PAUSE_NS;
+	if (li->li_resume < d->ld_next_check)
+		d->ld_next_check = li->li_resume;
+}
+
+/* A paused listener whose time has come accepts again; sets *next. */
+static void accept_resume(struct lockd *d, struct ld_listener *li, uint64_t *next)
+{
+	struct epoll_event ev = { .events = EPOLLIN, .data.ptr = li };
+
+	if (!li->li_resume)
+		return;
+	if (li->li_resume > d->ld_now) {
+		if (li->li_resume < *next)
+			*next = li->li_resume;
+		return;
+	}
+	if (epoll_ctl(d->ld_epfd, EPOLL_CTL_ADD, li->li_fd, &ev)) {
+		ld_log(d, LOG_ERR, "listener %s: epoll_ctl: %s; trying again in %llu ms", li->li_addr,
+		       strerror(errno), (unsigned long long)(LD_ACCEPT_PAUSE_NS / NS_PER_MS));
+		li->li_resume = d->ld_now + LD_ACCEPT_PAUSE_NS;
+		if (li->li_resume < *next)
+			*next = li->li_resume;
+		return;
+	}
+	li->li_resume = 0;
+}
+
 static void conn_accept(struct lockd *d, struct ld_listener *li)
 {
 	for (int i = 0; i < 16; i++) {
@@ -1220,13 +1338,13 @@ static void conn_accept(struct lockd *d, struct ld_listener *li)
 
 		if (fd < 0) {
 			if (errno != EAGAIN && errno != EINTR && errno != ECONNABORTED)
-				ld_log(d, LOG_ERR, "accept on %s: %s", li->li_addr, strerror(errno));
+				accept_pause(d, li, errno);
 			return;
 		}
 		cn = calloc(1, sizeof(*cn));
 		if (!cn) {
-			ld_log(d, LOG_ERR, "accept on %s: out of memory", li->li_addr);
 			close(fd);
+			accept_pause(d, li, ENOMEM);
 			return;
 		}
 		cn->cn_fd = fd;
@@ -1272,7 +1390,7 @@ static void conn_accept(struct lockd *d, struct ld_listener *li)
 	}
 }
 
-/* Handshake deadlines and leases; sets ld_next_check. */
+/* Handshake deadlines, leases and paused listeners; sets ld_next_check. */
 static void check_timers(struct lockd *d)
 {
 	uint64_t now = d->ld_now, next = now + 60000 * NS_PER_MS;
@@ -1291,6 +1409,8 @@ static void check_timers(struct lockd *d)
 			next = cn->cn_deadline;
 		}
 	}
+	for (int li = 0; li < d->ld_nlis; li++)
+		accept_resume(d, &d->ld_lis[li], &next);
 	list_for_each_safe(p, t, &d->ld_nodes) {
 		struct ld_node *nd = container_of(p, struct ld_node, nd_link);
 		uint64_t exp = nd->nd_last_hb + d->ld_lease_ns;
@@ -1387,6 +1507,20 @@ void lockd_wake_stop(struct lockd *d)
 	}
 }
 
+/* Only this machine can connect to ss: 127.0.0.0/8, ::1, ::ffff:127.0.0.0/104. */
+static int addr_is_loopback(const struct sockaddr_storage *ss)
+{
+	if (ss->ss_family == AF_INET) {
+		const struct sockaddr_in *sin = (const struct sockaddr_in *)ss;
+		return (ntohl(sin->sin_addr.s_addr) >> 24) == 127;
+	}
+	if (ss->ss_family == AF_INET6) {
+		const struct in6_addr *a = &((const struct sockaddr_in6 *)ss)->sin6_addr;
+		return IN6_IS_ADDR_LOOPBACK(a) || (IN6_IS_ADDR_V4MAPPED(a) && a->s6_addr[12] == 127);
+	}
+	return 0;
+}
+
 static int listen_one(struct lockd *d, const char *addr, char *err, size_t errlen)
 {
 	struct ld_listener *li = &d->ld_lis[d->ld_nlis];
@@ -1397,6 +1531,17 @@ static int listen_one(struct lockd *d, const char *addr, char *err, size_t errle
 	rc = lkp_parse_addr(addr, 1, &la, err, errlen);
 	if (rc)
 		return rc;
+	/* whoever connects without a secret can join and take any lock */
+	if (!la.la_unix && !d->ld_secret && !addr_is_loopback(&la.la_ss)) {
+		if (!d->ld_cfg.insecure) {
+			snprintf(err, errlen, "listen %s: anyone who can reach it could join the "
+					      "cluster without a secret: give --secret-file (or "
+					      "--insecure on a network only the nodes reach)", addr);
+			return -EACCES;
+		}
+		ld_log(d, LOG_WARNING, "listening on %s without a secret (--insecure): anyone who "
+				       "can reach it can join the cluster", addr);
+	}
 	fd = socket(la.la_ss.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
 	if (fd < 0) {
 		rc = -errno;

@@ -4,6 +4,7 @@
 shoal_packages=(
 	gcc make cmake pkg-config
 	libfuse3-dev fuse3 libblkid-dev libcmocka-dev
+	libssl-dev # libcrypto: lockd's HMAC-SHA256
 	e2fsprogs util-linux mount attr procps python3 psmisc
 	gdb # lib_cluster.sh prints the threads of a hung node (c_diag)
 )
@@ -31,6 +32,41 @@ shoal_build() {
 	shift || true
 	cmake -S "$shoal_top" -B "$shoal_top/$dir" -DCMAKE_BUILD_TYPE=RelWithDebInfo "$@" >/dev/null
 	cmake --build "$shoal_top/$dir" -j"$(nproc)"
+}
+
+# shoal_mount_state MP: "live", "dead" (in the mount table but its daemon is
+# gone: every access fails with "Transport endpoint is not connected") or
+# "none".  The mount table is read, not MP, which a dead mount cannot stat;
+# statfs asks the daemon each time (a stat may be answered from the
+# kernel's attribute cache, even of a dead mount).
+shoal_mount_state() {
+	if ! awk -v mp="$1" '$2 == mp { f = 1 } END { exit !f }' /proc/self/mounts; then
+		echo none
+	elif stat -f "$1" >/dev/null 2>&1; then
+		echo live
+	else
+		echo dead
+	fi
+}
+
+# shoal_umount_dead MP: unmount a dead mount (nothing is left to write: the
+# daemon is gone; its node's journal is replayed by the next mount of that
+# node or by a live node).  Lazily if something still has it open.
+shoal_umount_dead() {
+	umount "$1" 2>/dev/null || umount -l "$1"
+	echo "shoal: $1: its shoal-mount had died (Transport endpoint is not connected): unmounted; its journal is replayed when the node mounts again or by a live node"
+}
+
+# shoal_lockd_pid PIDFILE: the pid in PIDFILE if that process is a running
+# shoal-lockd (not a zombie, which kill -0 still finds, nor a process that
+# got the pid later); nothing and status 1 otherwise.
+shoal_lockd_pid() {
+	local pid st
+	pid=$(cat "$1" 2>/dev/null) || return 1
+	[ -n "$pid" ] && [ "$(cat "/proc/$pid/comm" 2>/dev/null)" = shoal-lockd ] || return 1
+	st=$(awk '{ print $3 }' "/proc/$pid/stat" 2>/dev/null) || return 1
+	[ -n "$st" ] && [ "$st" != Z ] || return 1
+	echo "$pid"
 }
 
 shoal_top=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)

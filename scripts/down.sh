@@ -1,14 +1,21 @@
 #!/usr/bin/env bash
 # Stops what scripts/up.sh started: unmounts both nodes (waiting until each
 # daemon has written its last checkpoint; a plain umount returns before
-# that), then stops shoal-lockd.
+# that), then stops shoal-lockd.  A mount whose daemon died is unmounted
+# too.  SHOAL_BUILD and SHOAL_RUN as for up.sh.
 set -euo pipefail
 top=$(cd "$(dirname "$0")/.." && pwd)
+. "$top/scripts/deps.sh"
+bin=$(cd "${SHOAL_BUILD:-$top/build}" 2>/dev/null && pwd) || bin=$top/build
+top=$(cd "${SHOAL_RUN:-$top}" && pwd)
 for m in a b shoal; do
 	mp=$top/mnt/$m
-	if mountpoint -q "$mp" 2>/dev/null; then
-		if [ -x "$top/build/shoal" ]; then
-			"$top/build/shoal" umount "$mp"
+	state=$(shoal_mount_state "$mp")
+	if [ "$state" = dead ]; then
+		shoal_umount_dead "$mp"
+	elif [ "$state" = live ]; then
+		if [ -x "$bin/shoal" ]; then
+			"$bin/shoal" umount "$mp"
 		else
 			umount "$mp"
 		fi
@@ -16,8 +23,12 @@ for m in a b shoal; do
 	fi
 done
 pidf=$top/var/lockd.pid
-if [ -e "$pidf" ] && kill -0 "$(cat "$pidf")" 2>/dev/null; then
-	kill "$(cat "$pidf")"
-	for _ in $(seq 50); do kill -0 "$(cat "$pidf" 2>/dev/null)" 2>/dev/null || break; sleep 0.1; done
+if pid=$(shoal_lockd_pid "$pidf"); then
+	kill "$pid"
+	for _ in $(seq 50); do shoal_lockd_pid "$pidf" >/dev/null || break; sleep 0.1; done
+	if shoal_lockd_pid "$pidf" >/dev/null; then
+		echo "shoal: shoal-lockd (pid $pid) did not stop within 5 s" >&2
+		exit 1
+	fi
 	echo "shoal: stopped shoal-lockd"
 fi

@@ -72,7 +72,8 @@ static void usage(FILE *f)
 		"  -j NODES          journals, one per node that mounts it (1-256, default 2)\n"
 		"  -J JOURNAL_SIZE   size of each journal (default: 1/8 of the device shared by\n"
 		"                    the journals, 8M to 128M; a bare number is MiB)\n"
-		"  -t CLUSTER:FSNAME lock table name (default shoal:shoal, at most 63 bytes)\n"
+		"  -t CLUSTER:FSNAME lock table name (default shoal:UUID, this filesystem's own;\n"
+		"                    at most 63 bytes)\n"
 		"  -b BLOCK_SIZE     block size: 1024, 2048, 4096 (default), ... 65536\n"
 		"  -f                overwrite an existing filesystem; allow shrinking an image\n"
 		"                    (never one mounted on some machine: a shoal filesystem\n"
@@ -167,7 +168,7 @@ static void parse_args(int argc, char **argv, struct mkfs_args *a)
 	a->ma_journals = 2;
 	a->ma_jbytes = 0; /* chosen from the size once it is known */
 	a->ma_bsize = SHOAL_DEFAULT_BSIZE;
-	a->ma_locktable = "shoal:shoal";
+	a->ma_locktable = NULL; /* shoal_format: "shoal:" + the UUID */
 	while ((c = getopt(argc, argv, "j:J:t:b:fqh")) != -1) {
 		switch (c) {
 		case 'j':
@@ -381,7 +382,7 @@ static void print_summary(const struct mkfs_args *a, const struct shoal_format_i
 	printf("Resource groups: %" PRIu32 "\n", fi->fi_rgcount);
 	printf("Journals:        %" PRIu32 " x %s (%" PRIu64 " blocks each)\n", fi->fi_journals,
 	       hj, fi->fi_jblocks);
-	printf("Lock table:      %s\n", a->ma_locktable);
+	printf("Lock table:      %s\n", fi->fi_locktable);
 	printf("UUID:            %02x%02x%02x%02x-%02x%02x-%02x%02x-%02x%02x-"
 	       "%02x%02x%02x%02x%02x%02x\n",
 	       u[0], u[1], u[2], u[3], u[4], u[5], u[6], u[7], u[8], u[9], u[10], u[11], u[12],

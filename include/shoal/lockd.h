@@ -59,6 +59,8 @@ struct lkc_config {
 	const char *node;	 /* node name, 1..63 bytes [A-Za-z0-9._-] */
 	const char *table;	 /* "cluster:fsname" from the superblock */
 	uint32_t njournals;	 /* journals on the device */
+	const uint8_t *uuid;	 /* the filesystem's 16-byte UUID (lockd binds the table to
+				  * it); NULL: none sent */
 	const char *secret_file; /* NULL: no secret */
 	const struct lkc_ops *ops;
 	void *arg;
@@ -149,6 +151,7 @@ struct lockd_config {
 	void (*log)(void *arg, int prio, const char *line);
 	void *log_arg;
 	uint32_t handshake_ms;	 /* 0: 5000 */
+	int insecure;		 /* TCP beyond loopback without a secret: allowed (else refused) */
 };
 
 struct lockd;

@@ -327,7 +327,7 @@ struct shoal_format_opts {
 	uint32_t fo_bsize;      /* default 4096 */
 	uint32_t fo_journals;   /* default 2 */
 	uint64_t fo_jbytes;     /* bytes per journal, default shoal_default_jbytes() */
-	const char *fo_locktable; /* "cluster:fsname", default "shoal:shoal" */
+	const char *fo_locktable; /* "cluster:fsname"; default "shoal:" + the UUID in hex */
 	const char *fo_lockproto; /* default "shoal" */
 	/* called now and then with blocks done and total; may be NULL */
 	void (*fo_progress)(void *arg, uint64_t done, uint64_t total);
@@ -341,6 +341,7 @@ struct shoal_format_info {
 	uint32_t fi_journals;
 	uint64_t fi_jblocks;
 	uint8_t fi_uuid[16];
+	char fi_locktable[64];	/* the superblock's, NUL terminated */
 };
 
 int shoal_format(struct shoal_dev *dev, const struct shoal_format_opts *opts,

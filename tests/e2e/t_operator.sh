@@ -13,6 +13,10 @@
 #   4  fsck.shoal -y of a mounted disk
 # and a crashed node's stale heartbeat is taken over by the next mount (at
 # once: the block names this machine and the process, which is gone).
+# Then lockd's and the mount's own refusals: --listen on a file that is not
+# a socket (6), a secret file others can read or that is missing (10), TCP
+# beyond loopback without a secret (9), a lockd at its file descriptor
+# limit (13), a node name over 63 bytes (8).
 . "$(dirname "$0")/lib.sh"
 
 if ! t_is_shoal; then
@@ -154,6 +158,15 @@ fill
 refused "defect 2: node b of a second lockd on the same disk elsewhere" \
 	"in use on another machine.*journal 0's heartbeat: node 'a'" \
 	"$T_MOUNT" -o "lock=shoal:unix:$t_dir/lk2.sock,node=b" "$dev" "$other"
+# --- defect 5: another filesystem with the same lock table on that lockd -------
+table="optest:$(basename "$t_dir" | tr -cd 'a-zA-Z0-9' | head -c 12)"
+t_mkfs "$t_dir/img2" 64M -j 2 -J 4M -t "$table"
+refused "defect 5: a node of another filesystem with the same lock table" \
+	"table $table belongs to filesystem [0-9a-f-]{36}, not [0-9a-f-]{36}" \
+	"$T_MOUNT" -o "lock=shoal:unix:$t_dir/lk1.sock,node=c" "$t_dir/img2" "$other"
+rc=0
+t_fsck "$t_dir/img2" >"$t_dir/fsck.out" 2>&1 || rc=$?
+check_eq "... the other filesystem is untouched (fsck.shoal -n)" 0 "$rc"
 unchanged "two lock servers" "lock=shoal:unix:$t_dir/lk1.sock,node=a"
 
 # --- defect 6: --listen unix:PATH on a file that is not a socket -------------
@@ -163,6 +176,59 @@ refused "defect 6: shoal-lockd --listen unix:PATH where PATH is a regular file" 
 check_eq "... the file is still there, unchanged" "precious" "$(cat "$t_dir/notasocket" 2>/dev/null)"
 check "... the socket of a running lockd is 0600 whatever the umask" \
 	bash -c "[ \"\$(stat -c %a '$t_dir/lk1.sock')\" = 600 ]"
+
+# --- defect 10: a secret file others can read; a missing one -----------------
+printf 'sesame\n' >"$t_dir/secret"
+chmod 644 "$t_dir/secret"
+refused "defect 10: shoal-lockd --secret-file readable by others" \
+	"secret file $t_dir/secret is readable or writable by group or others \(mode 0644\).*chmod 600" \
+	timeout 10 "$T_LOCKD" -f --listen "unix:$t_dir/lk3.sock" --secret-file "$t_dir/secret"
+check "... and it made no socket" bash -c "[ ! -e '$t_dir/lk3.sock' ]"
+chmod 640 "$t_dir/secret"
+refused "defect 10: a mount with secret= readable by the group" \
+	"secret file $t_dir/secret is readable or writable by group or others \(mode 0640\)" \
+	"$T_MOUNT" -o "lock=shoal:unix:$t_dir/lk1.sock,node=c,secret=$t_dir/secret" "$img" "$other"
+refused "defect 10: shoal-lockd --secret-file that does not exist" \
+	"secret file $t_dir/nosecret: No such file or directory" \
+	timeout 10 "$T_LOCKD" -f --listen "unix:$t_dir/lk3.sock" --secret-file "$t_dir/nosecret"
+refused "defect 10: a mount with secret= that does not exist" \
+	"secret=$t_dir/nosecret: the cluster's secret file: No such file or directory" \
+	"$T_MOUNT" -o "lock=shoal:unix:$t_dir/lk1.sock,node=c,secret=$t_dir/nosecret" "$img" "$other"
+
+# --- defect 9: TCP beyond loopback without a secret ----------------------------
+refused "defect 9: shoal-lockd --listen 0.0.0.0:0 without a secret" \
+	"listen 0.0.0.0:0: anyone who can reach it could join the cluster without a secret: give --secret-file \(or --insecure" \
+	timeout 10 "$T_LOCKD" -f --listen 0.0.0.0:0
+
+# --- defect 13: lockd at its file descriptor limit ---------------------------
+# 40 connections to a lockd allowed 24 descriptors: it must neither spin
+# nor flood its log (it logged 100,000 lines a second), and it serves a
+# node as soon as they are gone.
+(exec prlimit --nofile=24:24 "$T_LOCKD" -f --listen "unix:$t_dir/lk4.sock" 2>"$t_dir/lockd4.log") &
+lockd_pids+=($!)
+for _ in $(seq 100); do [ -S "$t_dir/lk4.sock" ] && break; sleep 0.05; done
+"$T_PY" - "$t_dir/lk4.sock" "$t_dir/lockd4.log" <<'EOF_PY'
+import socket, sys, time
+socks = []
+for i in range(40):
+    s = socket.socket(socket.AF_UNIX)
+    s.setblocking(False)
+    try:
+        s.connect(sys.argv[1])
+    except BlockingIOError:
+        pass
+    socks.append(s)
+# until lockd says it is at its limit (5 s at most), then 0.5 s more at it
+end = time.time() + 5
+while time.time() < end and "descriptor" not in open(sys.argv[2]).read():
+    time.sleep(0.05)
+time.sleep(0.5)
+EOF_PY
+n=$(grep -c "Too many open files" "$t_dir/lockd4.log" || true)
+check "defect 13: lockd at its fd limit says so" grep -q "file descriptor limit" "$t_dir/lockd4.log"
+check "... once, not in a loop ($n lines)" test "$n" -le 3
+check "... and serves a node once the connections are gone" \
+	timeout 10 "$SHOAL_BUILD/lockbench" lock "unix:$t_dir/lk4.sock" 10
 
 # --- defect 8: a node name longer than 63 bytes --------------------------------
 long=$(printf 'n%.0s' $(seq 64))

@@ -59,7 +59,7 @@ static void expect_layout(struct expect *ex, uint64_t dev_size, const struct sho
 	ex->ex_hbfirst = 1 + ex->ex_journals * ex->ex_jblocks;
 	ex->ex_rgfirst = ex->ex_hbfirst + ex->ex_journals + 1;
 	ex->ex_rgblocks = (ex->ex_bsize - 96) * 4 + 1;
-	ex->ex_locktable = fo->fo_locktable ? fo->fo_locktable : "shoal:shoal";
+	ex->ex_locktable = fo->fo_locktable; /* NULL: derived from the UUID */
 	ex->ex_lockproto = fo->fo_lockproto ? fo->fo_lockproto : "shoal";
 	/* a group of fewer than 64 blocks (header included) before N-1 is not made */
 	ex->ex_rgcount = 0;
@@ -116,9 +116,21 @@ static void verify_sb(struct shoal_dev *dev, const struct expect *ex, uint8_t *b
 	assert_false(all_zero(sb->sb_uuid, 16));
 	assert_int_equal(sb->sb_uuid[6] >> 4, 4); /* random (version 4) uuid */
 	assert_int_equal(sb->sb_uuid[8] >> 6, 2);
-	assert_string_equal(sb->sb_locktable, ex->ex_locktable);
-	assert_true(all_zero(sb->sb_locktable + strlen(ex->ex_locktable),
-			     SHOAL_LOCKNAME_LEN - strlen(ex->ex_locktable)));
+	{
+		/* the default table is this filesystem's own (issue 23, defect 5):
+		 * "shoal:" and the UUID in hex, never one name for every disk */
+		char deflt[64];
+		const char *lt = ex->ex_locktable;
+		if (!lt) {
+			int n = snprintf(deflt, sizeof(deflt), "shoal:");
+			for (int i = 0; i < 16; i++)
+				n += snprintf(deflt + n, sizeof(deflt) - (size_t)n, "%02x",
+					      sb->sb_uuid[i]);
+			lt = deflt;
+		}
+		assert_string_equal(sb->sb_locktable, lt);
+		assert_true(all_zero(sb->sb_locktable + strlen(lt), SHOAL_LOCKNAME_LEN - strlen(lt)));
+	}
 	assert_string_equal(sb->sb_lockproto, ex->ex_lockproto);
 	assert_true(all_zero(sb->sb_lockproto + strlen(ex->ex_lockproto),
 			     SHOAL_LOCKPROTO_LEN - strlen(ex->ex_lockproto)));

@@ -37,6 +37,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/un.h>
 #include <time.h>
 #include <unistd.h>
@@ -44,7 +45,7 @@
 #include <cmocka.h>
 
 #include "lk_proto.h"
-#include "lk_sha256.h"
+#include "lk_crypto.h"
 #include "shoal/lockd.h"
 
 #define TABLE "test:fs"
@@ -525,57 +526,62 @@ static void hex(const uint8_t *d, char *out)
 		sprintf(out + 2 * i, "%02x", d[i]);
 }
 
-static void test_sha256_vectors(void **state)
+/* HMAC-SHA256 as the JOIN carries it (lk_crypto.c, on libcrypto): RFC 4231's
+ * test cases 1-7, and one JOIN MAC - HMAC(secret, nonce || name) - computed
+ * by the hand-written SHA-256 shoal had before (and by Python's hmac), so the
+ * wire bytes are those of every lockd and client before the change. */
+static void test_hmac_vectors(void **state)
 {
-	static const char *abc448 = "abcdbcdecdefdefgefghfghighijhijkijkljklmklmnlmnomnopnopq";
-	uint8_t d[32], key[131];
+	static const char *c7 = "This is a test using a larger than block-size key and a larger "
+				"than block-size data. The key needs to be hashed before being "
+				"used by the HMAC algorithm.";
+	uint8_t d[32], key[131], msg[50], nonce[32];
 	char h[65];
-	struct lk_sha256 s;
-	char *mill = malloc(1000000);
 
 	(void)state;
-	lk_sha256("abc", 3, d);
-	hex(d, h);
-	assert_string_equal(h, "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
-	lk_sha256("", 0, d);
-	hex(d, h);
-	assert_string_equal(h, "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855");
-	lk_sha256(abc448, strlen(abc448), d);
-	hex(d, h);
-	assert_string_equal(h, "248d6a61d20638b8e5c026930c3e6039a33ce45964ff2167f6ecedd419db06c1");
-	/* one million 'a', fed in uneven pieces */
-	assert_non_null(mill);
-	memset(mill, 'a', 1000000);
-	lk_sha256_init(&s);
-	for (size_t off = 0, step = 1; off < 1000000; off += step, step = step * 7 % 997 + 1)
-		lk_sha256_update(&s, mill + off, off + step > 1000000 ? 1000000 - off : step);
-	lk_sha256_final(&s, d);
-	hex(d, h);
-	assert_string_equal(h, "cdc76e5c9914fb9281a1c7e284d73e67f1809a48a497200e046d39ccc7112cd0");
-	free(mill);
-
-	/* RFC 4231 test cases 1, 2, 6, 7 */
-	memset(key, 0x0b, 20);
-	lk_hmac_sha256(key, 20, "Hi There", 8, NULL, 0, d);
+	memset(key, 0x0b, 20); /* 1 */
+	assert_int_equal(lk_hmac_sha256(key, 20, "Hi There", 8, NULL, 0, d), 0);
 	hex(d, h);
 	assert_string_equal(h, "b0344c61d8db38535ca8afceaf0bf12b881dc200c9833da726e9376c2e32cff7");
-	lk_hmac_sha256("Jefe", 4, "what do ya ", 11, "want for nothing?", 17, d);
+	/* 2, the message in two pieces */
+	assert_int_equal(lk_hmac_sha256("Jefe", 4, "what do ya ", 11, "want for nothing?", 17, d), 0);
 	hex(d, h);
 	assert_string_equal(h, "5bdcc146bf60754e6a042426089575c75a003f089d2739839dec58b964ec3843");
-	memset(key, 0xaa, 131);
-	lk_hmac_sha256(key, 131, "Test Using Larger Than Block-Size Key - Hash Key First", 54, NULL, 0,
-		       d);
+	memset(key, 0xaa, 20); /* 3 */
+	memset(msg, 0xdd, 50);
+	assert_int_equal(lk_hmac_sha256(key, 20, msg, 50, NULL, 0, d), 0);
+	hex(d, h);
+	assert_string_equal(h, "773ea91e36800e46854db8ebd09181a72959098b3ef8c122d9635514ced565fe");
+	for (int i = 0; i < 25; i++) /* 4 */
+		key[i] = (uint8_t)(i + 1);
+	memset(msg, 0xcd, 50);
+	assert_int_equal(lk_hmac_sha256(key, 25, msg, 20, msg + 20, 30, d), 0);
+	hex(d, h);
+	assert_string_equal(h, "82558a389a443c0ea4cc819899f2083a85f0faa3e578f8077a2e3ff46729665b");
+	memset(key, 0x0c, 20); /* 5: truncated to 128 bits */
+	assert_int_equal(lk_hmac_sha256(key, 20, "Test With Truncation", 20, NULL, 0, d), 0);
+	hex(d, h);
+	h[32] = 0;
+	assert_string_equal(h, "a3b6167473100ee06e0c796c2955552b");
+	memset(key, 0xaa, 131); /* 6 */
+	assert_int_equal(lk_hmac_sha256(key, 131, "Test Using Larger Than Block-Size Key - Hash Key First",
+					54, NULL, 0, d), 0);
 	hex(d, h);
 	assert_string_equal(h, "60e431591ee0b67f0d8a26aacbf5b77f8e0bc6213728c5140546040f0ee37f54");
-	{
-		const char *m = "This is a test using a larger than block-size key and a larger than "
-				"block-size data. The key needs to be hashed before being used by the "
-				"HMAC algorithm.";
-		lk_hmac_sha256(key, 131, m, strlen(m), NULL, 0, d);
-		hex(d, h);
-		assert_string_equal(h,
-				    "9b09ffa71b942fcb27635fbcd5b0e944bfdc63644f0713938a7f51535c3a35e2");
-	}
+	assert_int_equal(lk_hmac_sha256(key, 131, c7, strlen(c7), NULL, 0, d), 0); /* 7 */
+	hex(d, h);
+	assert_string_equal(h, "9b09ffa71b942fcb27635fbcd5b0e944bfdc63644f0713938a7f51535c3a35e2");
+
+	/* a JOIN's MAC: secret "sesame", nonce bytes 1, 8, 15, ..., name node-a */
+	for (int i = 0; i < 32; i++)
+		nonce[i] = (uint8_t)(i * 7 + 1);
+	assert_int_equal(lk_hmac_sha256("sesame", 6, nonce, 32, "node-a", 6, d), 0);
+	hex(d, h);
+	assert_string_equal(h, "0bb6f90ba3ff036bf685770409ce58eb7c6f022e0fcfb3d927b1892d3def9300");
+
+	assert_int_equal(lk_memcmp_ct("abcd", "abcd", 4), 0);
+	assert_int_not_equal(lk_memcmp_ct("abcd", "abce", 4), 0);
+	assert_int_not_equal(lk_memcmp_ct("\x80" "bcd", "abcd", 4), 0);
 }
 
 static void test_mode_matrix(void **state)
@@ -928,6 +934,7 @@ static void test_lock_many(void **state)
 	tnode_close(&b);
 }
 
+/* A secret file: mode 0600, as lockd and the client demand. */
 static void write_file(const char *path, const char *s)
 {
 	FILE *f = fopen(path, "w");
@@ -935,6 +942,7 @@ static void write_file(const char *path, const char *s)
 	assert_non_null(f);
 	fputs(s, f);
 	fclose(f);
+	assert_int_equal(chmod(path, 0600), 0);
 }
 
 static void test_join_refusals(void **state)
@@ -957,9 +965,6 @@ static void test_join_refusals(void **state)
 	assert_non_null(strstr(err, "serves table test:fs, not test:other"));
 	tnode_join(&b, "b");
 	assert_int_equal(b.jid, 1);
-	rc = tnode_try_join(&x, "c", addr, TABLE, 2, NULL, err, sizeof(err));
-	assert_int_equal(rc, -ENOSPC);
-	assert_non_null(strstr(err, "all 2 journals in use"));
 	rc = tnode_try_join(&x, "bad name", addr, TABLE, 4, NULL, err, sizeof(err));
 	assert_int_equal(rc, -EINVAL);
 	assert_true(log_wait("refused", 100));
@@ -999,6 +1004,230 @@ static void test_join_refusals(void **state)
 	assert_int_equal(rc, 0);
 	assert_int_equal(lkc_lock(a.c, 2, 1, LK_EX, 0, NULL, NULL), LK_EX);
 	tnode_close(&a);
+	lockd_stop(d);
+}
+
+/* Issue 23, defect 9: a lockd that anyone on the network can reach and
+ * join without a secret is refused, unless asked for by name. */
+static void test_tcp_needs_secret(void **state)
+{
+	static const char *open_addrs[] = { "0.0.0.0:0", "[::]:0" };
+	char err[256];
+	struct lockd *d;
+	int rc;
+
+	(void)state;
+	for (size_t i = 0; i < 2; i++) {
+		struct lockd_config cfg = { .lease_ms = 5000, .listen = { open_addrs[i] },
+					    .nlisten = 1 };
+		rc = lockd_start(&cfg, &d, err, sizeof(err));
+		if (!rc) {
+			lockd_stop(d);
+			fail_msg("lockd listened on %s without a secret", open_addrs[i]);
+		}
+		if (rc == -EAFNOSUPPORT) /* no IPv6 here */
+			continue;
+		assert_int_equal(rc, -EACCES);
+		assert_non_null(strstr(err, "without a secret"));
+		assert_non_null(strstr(err, "--secret-file"));
+		assert_non_null(strstr(err, "--insecure"));
+	}
+	/* the documented opt-out, with a warning */
+	{
+		struct lockd_config cfg = { .lease_ms = 5000, .listen = { "0.0.0.0:0" },
+					    .nlisten = 1, .insecure = 1 };
+		d = server_start_cfg(&cfg);
+		assert_true(log_wait("without a secret (--insecure)", 100));
+		lockd_stop(d);
+	}
+	/* with a secret */
+	{
+		char secret[160];
+		snprintf(secret, sizeof(secret), "%s/secret", tdir);
+		write_file(secret, "sesame\n");
+		struct lockd_config cfg = { .lease_ms = 5000, .listen = { "0.0.0.0:0" },
+					    .nlisten = 1, .secret_file = secret };
+		d = server_start_cfg(&cfg);
+		lockd_stop(d);
+	}
+	/* loopback only: the machine's users, as with a unix socket */
+	{
+		struct lockd_config cfg = { .lease_ms = 5000, .listen = { "127.0.0.1:0" },
+					    .nlisten = 1 };
+		d = server_start_cfg(&cfg);
+		lockd_stop(d);
+	}
+}
+
+/* Issue 23, defect 9: a client given a secret does not join a lockd that
+ * asks for none (not the cluster's lockd, or one started without it). */
+static void test_secret_client_checks_server(void **state)
+{
+	char secret[160], err[256];
+	struct tnode x;
+	struct lockd *d = server_start(5000);
+	int rc;
+
+	(void)state;
+	snprintf(secret, sizeof(secret), "%s/secret", tdir);
+	write_file(secret, "sesame\n");
+	rc = tnode_try_join(&x, "a", addr, TABLE, 4, secret, err, sizeof(err));
+	if (!rc) {
+		tnode_close(&x);
+		fail_msg("a client with a secret joined a lockd without one");
+	}
+	assert_int_equal(rc, -EACCES);
+	assert_non_null(strstr(err, "does not ask for the secret"));
+	rc = tnode_try_join(&x, "a", addr, TABLE, 4, NULL, err, sizeof(err));
+	assert_int_equal(rc, 0);
+	tnode_close(&x);
+	lockd_stop(d);
+}
+
+/* Issue 23, defect 10: a secret file others can read or write is refused,
+ * as ssh refuses such a key, and so is one owned by another user; a
+ * missing one says which file and why. */
+static void test_secret_file_mode(void **state)
+{
+	static const mode_t bad[] = { 0644, 0640, 0604, 0620, 0602, 0660 };
+	char secret[160], gone[160], err[256], want[64];
+	struct tnode x;
+	struct lockd *d, *dd;
+	int rc;
+
+	(void)state;
+	snprintf(secret, sizeof(secret), "%s/secret", tdir);
+	snprintf(gone, sizeof(gone), "%s/no-such-secret", tdir);
+	write_file(secret, "sesame\n");
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		struct lockd_config cfg = { .lease_ms = 5000, .secret_file = secret,
+					    .listen = { addr }, .nlisten = 1 };
+		assert_int_equal(chmod(secret, bad[i]), 0);
+		rc = lockd_start(&cfg, &dd, err, sizeof(err));
+		if (!rc) {
+			lockd_stop(dd);
+			fail_msg("lockd started with a secret file of mode 0%o", (unsigned)bad[i]);
+		}
+		assert_int_equal(rc, -EACCES);
+		snprintf(want, sizeof(want), "(mode 0%o)", (unsigned)bad[i]);
+		assert_non_null(strstr(err, want));
+		assert_non_null(strstr(err, "group or others"));
+		assert_non_null(strstr(err, "chmod 600"));
+	}
+	{
+		struct lockd_config cfg = { .lease_ms = 5000, .secret_file = gone,
+					    .listen = { addr }, .nlisten = 1 };
+		rc = lockd_start(&cfg, &dd, err, sizeof(err));
+		assert_int_equal(rc, -ENOENT);
+		assert_non_null(strstr(err, gone));
+		assert_non_null(strstr(err, "secret file"));
+		assert_non_null(strstr(err, "No such file or directory"));
+	}
+	assert_int_equal(chmod(secret, 0400), 0); /* stricter is fine */
+	{
+		struct lockd_config cfg = { .lease_ms = 5000, .secret_file = secret };
+		d = server_start_cfg(&cfg);
+	}
+	/* the client checks its copy the same way */
+	write_file(gone, "sesame\n");
+	assert_int_equal(chmod(gone, 0640), 0);
+	rc = tnode_try_join(&x, "a", addr, TABLE, 4, gone, err, sizeof(err));
+	assert_int_equal(rc, -EACCES);
+	assert_non_null(strstr(err, "(mode 0640)"));
+	assert_int_equal(unlink(gone), 0);
+	rc = tnode_try_join(&x, "a", addr, TABLE, 4, gone, err, sizeof(err));
+	assert_int_equal(rc, -ENOENT);
+	assert_non_null(strstr(err, "secret file"));
+	assert_non_null(strstr(err, gone));
+	if (geteuid() == 0) { /* another user's file, even 0600 */
+		write_file(gone, "sesame\n");
+		assert_int_equal(chown(gone, 4242, 4242), 0);
+		rc = tnode_try_join(&x, "a", addr, TABLE, 4, gone, err, sizeof(err));
+		assert_int_equal(rc, -EACCES);
+		assert_non_null(strstr(err, "owned by uid 4242"));
+		assert_int_equal(unlink(gone), 0);
+	}
+	rc = tnode_try_join(&x, "a", addr, TABLE, 4, secret, err, sizeof(err));
+	assert_int_equal(rc, 0);
+	tnode_close(&x);
+	lockd_stop(d);
+}
+
+/* Issue 23, defect 5: a table is one filesystem's; JOIN names its UUID. */
+static int join_uuid(struct tnode *t, const char *name, const uint8_t *uuid, char *err,
+		     size_t errlen)
+{
+	struct lkc_config cfg = { .addr = addr, .node = name, .table = TABLE, .njournals = 4,
+				  .uuid = uuid, .ops = &tops, .arg = t, .self_recover = 1 };
+
+	memset(t, 0, sizeof(*t));
+	pthread_mutex_init(&t->mu, NULL);
+	pthread_cond_init(&t->cv, NULL);
+	return lkc_connect(&cfg, &t->c, &t->jid, &t->lease, err, errlen);
+}
+
+static void test_join_uuid(void **state)
+{
+	static const uint8_t u1[16] = { 0x11, 0x22, 0x33, 0x44, 0x55, 0x66, 0x47, 0x88,
+					0x99, 0xaa, 0xbb, 0xcc, 0xdd, 0xee, 0xff, 0x00 };
+	static const uint8_t u2[16] = { 0x11, 0x22, 0x33, 0x44, 0x55, 0x66, 0x47, 0x88,
+					0x99, 0xaa, 0xbb, 0xcc, 0xdd, 0xee, 0xff, 0x01 };
+	struct lockd *d = server_start(5000);
+	struct tnode a, b, x;
+	char err[256];
+
+	(void)state;
+	if (join_uuid(&a, "a", u1, err, sizeof(err)))
+		fail_msg("join a: %s", err);
+	assert_int_equal(join_uuid(&x, "x", u2, err, sizeof(err)), -EINVAL);
+	assert_non_null(strstr(err, "table test:fs belongs to filesystem "
+				    "11223344-5566-4788-99aa-bbccddeeff00, not "
+				    "11223344-5566-4788-99aa-bbccddeeff01"));
+	if (join_uuid(&b, "b", u1, err, sizeof(err)))
+		fail_msg("join b: %s", err);
+	assert_int_equal(b.jid, 1);
+	tnode_close(&b);
+	tnode_join(&b, "b"); /* a client that sends no UUID: not checked */
+	tnode_close(&b);
+	tnode_close(&a);
+	/* the binding stays when every node has gone */
+	assert_int_equal(join_uuid(&x, "x", u2, err, sizeof(err)), -EINVAL);
+	lockd_stop(d);
+}
+
+/* Issue 23, defect 7: the first JOIN fixes the table's journal count (its
+ * disk's); a node that says its disk has more journals would get a jid no
+ * other node can replay, and its locks would never be released. */
+static void test_join_journal_count(void **state)
+{
+	struct lockd *d = server_start(5000);
+	struct tnode n[4], x;
+	char err[256], name[2] = "a";
+	int rc;
+
+	(void)state;
+	for (int i = 0; i < 4; i++) {
+		name[0] = (char)('a' + i);
+		tnode_join(&n[i], name);
+		assert_int_equal(n[i].jid, i);
+	}
+	rc = tnode_try_join(&x, "e", addr, TABLE, 8, NULL, err, sizeof(err));
+	if (!rc)
+		fail_msg("a node of 8 journals joined a table of 4 as jid %u", x.jid);
+	assert_int_equal(rc, -EINVAL);
+	assert_non_null(strstr(err, "table test:fs has 4 journals, not 8"));
+	rc = tnode_try_join(&x, "e", addr, TABLE, 2, NULL, err, sizeof(err));
+	assert_int_equal(rc, -EINVAL);
+	assert_non_null(strstr(err, "table test:fs has 4 journals, not 2"));
+	rc = tnode_try_join(&x, "e", addr, TABLE, 4, NULL, err, sizeof(err));
+	assert_int_equal(rc, -ENOSPC);
+	assert_non_null(strstr(err, "all 4 journals in use"));
+	/* the count stays when every node has gone: it is the disk's */
+	for (int i = 0; i < 4; i++)
+		tnode_close(&n[i]);
+	rc = tnode_try_join(&x, "e", addr, TABLE, 8, NULL, err, sizeof(err));
+	assert_int_equal(rc, -EINVAL);
+	assert_non_null(strstr(err, "table test:fs has 4 journals, not 8"));
 	lockd_stop(d);
 }
 
@@ -1641,13 +1870,18 @@ static void test_threads(void **state)
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
-		cmocka_unit_test(test_sha256_vectors),
+		cmocka_unit_test(test_hmac_vectors),
 		cmocka_unit_test_setup_teardown(test_mode_matrix, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_queues, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_basts, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_lvb, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_lock_many, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_join_refusals, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_join_journal_count, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_join_uuid, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_secret_file_mode, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_tcp_needs_secret, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_secret_client_checks_server, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_rejoin_jid, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_death_recovery, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_death_twice, setup, teardown),
