@@ -1210,6 +1210,8 @@ static int do_open(struct shoal_fs *fs, uint64_t ino, int flags)
 	if (err)
 		goto out;
 	int want = (acc == O_RDONLY ? 4 : acc == O_WRONLY ? 2 : 6) | (flags & O_TRUNC ? 2 : 0);
+	if (acc == O_RDONLY && (flags & SHOAL_O_EXEC))
+		want = 1; /* execve: may_open(MAY_EXEC), as the kernel checked */
 	err = perm_check(ip, want);
 	if (!err && (acc != O_RDONLY || (flags & O_TRUNC))) {
 		if (ip_di(ip)->di_flags & SHOAL_DIF_IMMUTABLE)

@@ -61,6 +61,12 @@ check_eq "no search permission: stat inside gives EACCES" EACCES "$(ut 'os.stat(
 check_eq "root still reads a user's 0600 file" mine \
 	"$(chmod 600 "$m/pub/mine" && cat "$m/pub/mine")"
 check_eq "executing a 0644 file: EACCES" EACCES "$(ut 'os.execv(a[0], [a[0]])' "$m/ro")"
+cp /bin/echo "$m/xonly" && chmod 711 "$m/xonly"
+check_eq "executing another user's 0711 binary works (exec needs x only)" OK \
+	"$(ut 'os.execv(a[0], [a[0], "OK"])' "$m/xonly")"
+chmod 111 "$m/xonly"
+check_eq "... and a 0111 one" OK "$(ut 'os.execv(a[0], [a[0], "OK"])' "$m/xonly")"
+check_eq "... but reading it: EACCES" EACCES "$(ut 'open(a[0]).read()' "$m/xonly")"
 
 # --- sticky directory -------------------------------------------------------------------
 check_eq "sticky: cannot unlink another user's file: EPERM" EPERM "$(ut 'os.unlink(a[0])' "$m/pub/other")"
