@@ -91,6 +91,11 @@ check "chattr +A" chattr +A "$m/fa"
 check_eq "lsattr shows A" A "$(lsflags "$m/fa")"
 check "chattr -A" chattr -A "$m/fa"
 check_eq "lsattr shows nothing" "" "$(lsflags "$m/fa")"
+ct0=$(stat -c %z "$m/fa")
+chattr +A "$m/fa"
+check "chattr changes ctime, seen by the next stat (the kernel's attributes dropped)" \
+	test "$ct0" != "$(stat -c %z "$m/fa")"
+chattr -A "$m/fa"
 
 # append-only
 echo start >"$m/app"
