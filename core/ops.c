@@ -301,7 +301,7 @@ static void set_ts(struct shoal_ts *t, const struct timespec *ts)
 }
 
 /*
- * What writing or truncating a file drops (fuse/main.c killpriv_v2: the
+ * What writing, truncating or fallocating a file drops (fuse/main.c killpriv_v2: the
  * kernel leaves it to libshoal, and so it holds for what another node
  * changed too): the set-ID bits when the caller is not root (the kernel's
  * test is CAP_FSETID, which libshoal cannot see; ext4 drops them for every
@@ -1516,7 +1516,7 @@ static int fallocate_locked(struct shoal_fs *fs, uint64_t ino, int mode, uint64_
 	struct shoal_inode *ip;
 	struct shoal_dinode *di;
 	uint32_t bs = fs->fs_bsize;
-	int err;
+	int err, cap;
 
 	if (len == 0)
 		return -EINVAL;
@@ -1543,8 +1543,12 @@ static int fallocate_locked(struct shoal_fs *fs, uint64_t ino, int mode, uint64_
 		err = -EPERM;
 		goto out_put;
 	}
-	err = trans_begin_alloc(fs, trans_rg_blocks(fs) + RES_META * 2,
-				mode & FALLOC_FL_PUNCH_HOLE ? 0 : (len >> fs->fs_bshift) + 2);
+	err = kill_priv_prepare(fs, perm_caller(), ip, &cap);
+	if (!err)
+		err = trans_begin_alloc(fs, trans_rg_blocks(fs) + RES_META * 2,
+					mode & FALLOC_FL_PUNCH_HOLE ? 0 : (len >> fs->fs_bshift) + 2);
+	if (!err) /* ext4's file_modified(): every mode drops them */
+		err = kill_priv(fs, perm_caller(), ip, cap);
 	if (err)
 		goto out_put;
 	if (mode & FALLOC_FL_PUNCH_HOLE) {
@@ -1764,10 +1768,17 @@ static int acl_to_mode(const void *value, size_t size, mode_t *mode)
 
 /* xattr_permission(): user.* follows the file's rwx bits (regular files
  * and directories only), trusted.* and security.* are root's, ACLs the
- * owner's.  write: 1 for set/remove. */
+ * owner's.  write: 1 for set, 2 for remove.  Removing security.capability
+ * needs write permission only: whoever may write the file drops it by
+ * writing anyway (kill_priv), and the kernel removes it so, as the
+ * writer, before a write or fallocate (file_remove_privs); a user's own
+ * removexattr is refused by the kernel without CAP_SETFCAP. */
 static int xattr_allowed(struct shoal_inode *ip, const char *name, int write)
 {
 	mode_t m = ip_di(ip)->di_mode;
+
+	if (write == 2 && !strcmp(name, kill_cap_name) && S_ISREG(m))
+		return perm_check(ip, 2);
 
 	if (!strncmp(name, "user.", 5)) {
 		if (!S_ISREG(m) && !S_ISDIR(m))
@@ -1871,7 +1882,7 @@ static int do_removexattr(struct shoal_fs *fs, uint64_t ino, const char *name)
 			inode_put(fs, ip);
 	}
 	if (!err) {
-		err = xattr_allowed(ip, name, 1);
+		err = xattr_allowed(ip, name, 2);
 		if (!err && nochange_flags(ip))
 			err = -EPERM;
 		if (!err)

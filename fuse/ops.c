@@ -816,8 +816,11 @@ static void op_fallocate(fuse_req_t req, fuse_ino_t ino, int mode, off_t off, of
 	caller_begin(req);
 	struct shoal_fs *fs = FS(req);
 
-	reply_err(req, -shoal_fallocate(fs, ino_in(fs, ino), mode, (uint64_t)off,
-					     (uint64_t)len));
+	int ret = shoal_fallocate(fs, ino_in(fs, ino), mode, (uint64_t)off, (uint64_t)len);
+
+	if (shoal_privs_dropped()) /* the set-ID bits: as op_write */
+		smount_attr_changed(fuse_req_userdata(req), ino_in(fs, ino));
+	reply_err(req, -ret);
 }
 
 static void op_lseek(fuse_req_t req, fuse_ino_t ino, off_t off, int whence,
