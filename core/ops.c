@@ -412,6 +412,14 @@ static int setattr_locked(struct shoal_fs *fs, const struct shoal_ctx *ctx, uint
 		err = -EPERM;
 		goto out_put;
 	}
+	/* notify_change(): explicit times (ATTR_TIMES_SET) on an append-only
+	 * file are refused; "now" is allowed */
+	if ((((valid & SHOAL_SET_ATIME) && !(valid & SHOAL_SET_ATIME_NOW)) ||
+	     ((valid & SHOAL_SET_MTIME) && !(valid & SHOAL_SET_MTIME_NOW))) &&
+	    (di->di_flags & SHOAL_DIF_APPEND)) {
+		err = -EPERM;
+		goto out_put;
+	}
 	if (valid & SHOAL_SET_SIZE) {
 		if (S_ISDIR(di->di_mode)) {
 			err = -EISDIR;
@@ -798,7 +806,8 @@ static int do_link(struct shoal_fs *fs, uint64_t ino, uint64_t newparent, const 
 	err = get_dir(fs, newparent, &dp);
 	if (err)
 		goto out_ip;
-	err = perm_check(dp, 3);
+	/* may_create(): inode_permission(MAY_WRITE) refuses an immutable dir */
+	err = ip_di(dp)->di_flags & SHOAL_DIF_IMMUTABLE ? -EPERM : perm_check(dp, 3);
 	if (err)
 		goto out_dp;
 	err = dir_lookup(fs, dp, newname, &x, NULL);
@@ -863,10 +872,16 @@ static int remove_entry(struct shoal_fs *fs, uint64_t parent, const char *name, 
 	err = get_dir(fs, parent, &dp);
 	if (err)
 		goto out;
-	err = perm_check(dp, 3);
-	if (err)
-		goto out_dp;
-	err = dir_lookup(fs, dp, name, &ino, NULL);
+	/* in the kernel's order: search, lookup, then may_delete() (an
+	 * immutable directory, write permission, sticky, append-only and
+	 * immutable flags, the type), then the filesystem's ENOTEMPTY */
+	err = perm_check(dp, 1);
+	if (!err)
+		err = dir_lookup(fs, dp, name, &ino, NULL);
+	if (!err && (ip_di(dp)->di_flags & SHOAL_DIF_IMMUTABLE))
+		err = -EPERM;
+	if (!err)
+		err = perm_check(dp, 2);
 	if (!err)
 		err = hold(fs, ino, GL_EX);
 	if (!err)
@@ -879,14 +894,14 @@ static int remove_entry(struct shoal_fs *fs, uint64_t parent, const char *name, 
 	err = perm_sticky(dp, ip);
 	if (err)
 		;
+	else if (nochange_flags(ip) || (ip_di(dp)->di_flags & SHOAL_DIF_APPEND))
+		err = -EPERM;
 	else if (isdir && !S_ISDIR(ip_di(ip)->di_mode))
 		err = -ENOTDIR;
 	else if (!isdir && S_ISDIR(ip_di(ip)->di_mode))
 		err = -EISDIR;
 	else if (isdir && ip_di(ip)->di_entries)
 		err = -ENOTEMPTY;
-	else if (nochange_flags(ip) || (ip_di(dp)->di_flags & (SHOAL_DIF_IMMUTABLE | SHOAL_DIF_APPEND)))
-		err = -EPERM;
 	if (!err)
 		err = trans_begin(fs, RES_META);
 	if (!err)
