@@ -186,7 +186,7 @@ static int do_lookup(struct shoal_fs *fs, uint64_t parent, const char *name, str
 	err = get_dir(fs, parent, &dp);
 	if (err)
 		goto out;
-	err = perm_check(dp, 1);
+	err = perm_check(fs, dp, 1);
 	if (err) {
 		inode_put(fs, dp);
 		goto out;
@@ -291,8 +291,8 @@ static int do_generation(struct shoal_fs *fs, uint64_t ino, uint64_t *g)
 	return err;
 }
 
-static int setattr_allowed(struct shoal_inode *ip, const struct shoal_ctx *ctx,
-			   const struct stat *attr, int valid);
+static int setattr_allowed(struct shoal_fs *fs, struct shoal_inode *ip,
+			   const struct shoal_ctx *ctx, const struct stat *attr, int valid);
 
 static void set_ts(struct shoal_ts *t, const struct timespec *ts)
 {
@@ -430,16 +430,19 @@ static int setattr_locked(struct shoal_fs *fs, const struct shoal_ctx *ctx, uint
 			goto out_put;
 		}
 	}
-	err = setattr_allowed(ip, ctx, attr, valid);
+	err = setattr_allowed(fs, ip, ctx, attr, valid);
 	int cap = 0;
 	if (!err && (valid & SHOAL_SET_SIZE) && (uint64_t)attr->st_size < di->di_size &&
 	    di->di_height)
 		err = rg_hold_all(fs); /* blocks may be freed in any group */
 	if (!err && (valid & SHOAL_SET_SIZE))
 		err = kill_priv_prepare(fs, ctx, ip, &cap);
-	if (err)
+	int acl = 0;
+	if (!err && (valid & SHOAL_SET_MODE))
+		err = acl = acl_chmod_prepare(fs, ip);
+	if (err < 0)
 		goto out_put;
-	err = trans_begin(fs, trans_rg_blocks(fs) + RES_META);
+	err = trans_begin_alloc(fs, trans_rg_blocks(fs) + RES_META, acl ? 1 : 0);
 	if (!err && (valid & SHOAL_SET_SIZE))
 		err = kill_priv(fs, ctx, ip, cap); /* an explicit mode below wins */
 	if (err)
@@ -458,6 +461,8 @@ static int setattr_locked(struct shoal_fs *fs, const struct shoal_ctx *ctx, uint
 		if ((m & S_ISGID) && !perm_is_root() && !perm_in_group(g))
 			m &= ~S_ISGID; /* like chmod(2) without CAP_FSETID */
 		di->di_mode = (di->di_mode & S_IFMT) | m;
+		if (acl && (err = acl_chmod(fs, ip)) < 0) /* posix_acl_chmod */
+			goto out_put;
 	}
 	if (valid & (SHOAL_SET_UID | SHOAL_SET_GID)) {
 		if (valid & SHOAL_SET_UID)
@@ -496,8 +501,8 @@ out:
 
 /* May the caller make these attribute changes?  (chmod, chown, utimes and
  * truncate rules of the kernel's setattr_prepare and may_open.) */
-static int setattr_allowed(struct shoal_inode *ip, const struct shoal_ctx *ctx,
-			   const struct stat *attr, int valid)
+static int setattr_allowed(struct shoal_fs *fs, struct shoal_inode *ip,
+			   const struct shoal_ctx *ctx, const struct stat *attr, int valid)
 {
 	struct shoal_dinode *di = ip_di(ip);
 	int err;
@@ -524,12 +529,12 @@ static int setattr_allowed(struct shoal_inode *ip, const struct shoal_ctx *ctx,
 		if (perm_owner(ip)) {
 			if (explicit_time)
 				return -EPERM;
-			if ((err = perm_check(ip, 2)))
+			if ((err = perm_check(fs, ip, 2)))
 				return err;
 		}
 	}
 	if ((valid & SHOAL_SET_SIZE) && !(ctx && (ctx->c_flags & SHOAL_CTX_FH)) &&
-	    (err = perm_check(ip, 2)))
+	    (err = perm_check(fs, ip, 2)))
 		return err;
 	return 0;
 }
@@ -561,7 +566,7 @@ static int make_node(struct shoal_fs *fs, const struct shoal_ctx *ctx, uint64_t 
 		err = -EPERM;
 		goto out_dp;
 	}
-	err = perm_check(dp, 3);
+	err = perm_check(fs, dp, 3);
 	if (err)
 		goto out_dp;
 	if ((S_ISCHR(mode) || S_ISBLK(mode)) && !perm_is_root()) {
@@ -728,7 +733,7 @@ static int create_open_existing(struct shoal_fs *fs, uint64_t parent, const char
 	else if (!S_ISREG(ip_di(ip)->di_mode))
 		err = -EEXIST;
 	if (!err)
-		err = perm_check(ip, (acc == O_RDONLY ? 4 : acc == O_WRONLY ? 2 : 6) |
+		err = perm_check(fs, ip, (acc == O_RDONLY ? 4 : acc == O_WRONLY ? 2 : 6) |
 					     (flags & O_TRUNC ? 2 : 0));
 	if (!err && (acc != O_RDONLY || (flags & O_TRUNC))) {
 		if (ip_di(ip)->di_flags & SHOAL_DIF_IMMUTABLE)
@@ -807,7 +812,7 @@ static int do_link(struct shoal_fs *fs, uint64_t ino, uint64_t newparent, const 
 	if (err)
 		goto out_ip;
 	/* may_create(): inode_permission(MAY_WRITE) refuses an immutable dir */
-	err = ip_di(dp)->di_flags & SHOAL_DIF_IMMUTABLE ? -EPERM : perm_check(dp, 3);
+	err = ip_di(dp)->di_flags & SHOAL_DIF_IMMUTABLE ? -EPERM : perm_check(fs, dp, 3);
 	if (err)
 		goto out_dp;
 	err = dir_lookup(fs, dp, newname, &x, NULL);
@@ -875,13 +880,13 @@ static int remove_entry(struct shoal_fs *fs, uint64_t parent, const char *name, 
 	/* in the kernel's order: search, lookup, then may_delete() (an
 	 * immutable directory, write permission, sticky, append-only and
 	 * immutable flags, the type), then the filesystem's ENOTEMPTY */
-	err = perm_check(dp, 1);
+	err = perm_check(fs, dp, 1);
 	if (!err)
 		err = dir_lookup(fs, dp, name, &ino, NULL);
 	if (!err && (ip_di(dp)->di_flags & SHOAL_DIF_IMMUTABLE))
 		err = -EPERM;
 	if (!err)
-		err = perm_check(dp, 2);
+		err = perm_check(fs, dp, 2);
 	if (!err)
 		err = hold(fs, ino, GL_EX);
 	if (!err)
@@ -986,9 +991,9 @@ static int do_rename(struct shoal_fs *fs, const struct shoal_ctx *ctx, uint64_t 
 	err = get_dir(fs, newparent, &ddp);
 	if (err)
 		goto out;
-	err = perm_check(sdp, 3);
+	err = perm_check(fs, sdp, 3);
 	if (!err)
-		err = perm_check(ddp, 3);
+		err = perm_check(fs, ddp, 3);
 	if (!err)
 		err = dir_lookup(fs, sdp, name, &sino, NULL);
 	if (!err)
@@ -1003,7 +1008,7 @@ static int do_rename(struct shoal_fs *fs, const struct shoal_ctx *ctx, uint64_t 
 		goto out;
 	sdir = S_ISDIR(ip_di(sip)->di_mode);
 	/* a directory changing parent rewrites its "..": it needs write */
-	if (sdir && parent != newparent && (err = perm_check(sip, 2)))
+	if (sdir && parent != newparent && (err = perm_check(fs, sip, 2)))
 		goto out;
 	err = dir_lookup(fs, ddp, newname, &tino, NULL);
 	if (err && err != -ENOENT)
@@ -1025,7 +1030,7 @@ static int do_rename(struct shoal_fs *fs, const struct shoal_ctx *ctx, uint64_t 
 		if (tip->i_ino != sip->i_ino && (err = perm_sticky(ddp, tip)))
 			goto out;
 		if ((flags & RENAME_EXCHANGE) && tdir && parent != newparent &&
-		    (err = perm_check(tip, 2)))
+		    (err = perm_check(fs, tip, 2)))
 			goto out;
 	} else if (flags & RENAME_EXCHANGE) {
 		goto out; /* -ENOENT */
@@ -1227,7 +1232,7 @@ static int do_open(struct shoal_fs *fs, uint64_t ino, int flags)
 	int want = (acc == O_RDONLY ? 4 : acc == O_WRONLY ? 2 : 6) | (flags & O_TRUNC ? 2 : 0);
 	if (acc == O_RDONLY && (flags & SHOAL_O_EXEC))
 		want = 1; /* execve: may_open(MAY_EXEC), as the kernel checked */
-	err = perm_check(ip, want);
+	err = perm_check(fs, ip, want);
 	if (!err && (acc != O_RDONLY || (flags & O_TRUNC))) {
 		if (ip_di(ip)->di_flags & SHOAL_DIF_IMMUTABLE)
 			err = -EPERM;
@@ -1743,44 +1748,8 @@ out:
 	return err;
 }
 
-/*
- * An access ACL carries the mode's permission bits (ext4's
- * posix_acl_update_mode): setting one updates di_mode, and an ACL that says
- * no more than the mode does is not stored at all.  Returns 1 if the ACL is
- * minimal (nothing to store), 0 if it must be stored, or -EINVAL.
- */
-static int acl_to_mode(const void *value, size_t size, mode_t *mode)
-{
-	const uint8_t *p = value;
-	uint32_t version;
-	int user = -1, group = -1, mask = -1, other = -1, extended = 0;
-
-	if (size < 4 || (size - 4) % 8)
-		return -EINVAL;
-	memcpy(&version, p, 4);
-	if (version != 2)
-		return -EINVAL;
-	for (size_t off = 4; off < size; off += 8) {
-		uint16_t tag, perm;
-		memcpy(&tag, p + off, 2);
-		memcpy(&perm, p + off + 2, 2);
-		perm &= 7;
-		switch (tag) {
-		case 0x01: user = perm; break;
-		case 0x04: group = perm; break;
-		case 0x10: mask = perm; break;
-		case 0x20: other = perm; break;
-		case 0x02: case 0x08: extended = 1; break;
-		default: return -EINVAL;
-		}
-	}
-	if (user < 0 || group < 0 || other < 0 || (extended && mask < 0))
-		return -EINVAL;
-	*mode = (*mode & ~(mode_t)0777) | (mode_t)(user << 6) |
-		(mode_t)((mask >= 0 ? mask : group) << 3) | (mode_t)other;
-	return !extended && mask < 0;
-}
-
+/* An access ACL carries the mode's permission bits (ext4's
+ * posix_acl_update_mode): acl.c. */
 /* xattr_permission(): user.* follows the file's rwx bits (regular files
  * and directories only), trusted.* and security.* are root's, ACLs the
  * owner's.  write: 1 for set, 2 for remove.  Removing security.capability
@@ -1788,19 +1757,19 @@ static int acl_to_mode(const void *value, size_t size, mode_t *mode)
  * writing anyway (kill_priv), and the kernel removes it so, as the
  * writer, before a write or fallocate (file_remove_privs); a user's own
  * removexattr is refused by the kernel without CAP_SETFCAP. */
-static int xattr_allowed(struct shoal_inode *ip, const char *name, int write)
+static int xattr_allowed(struct shoal_fs *fs, struct shoal_inode *ip, const char *name, int write)
 {
 	mode_t m = ip_di(ip)->di_mode;
 
 	if (write == 2 && !strcmp(name, kill_cap_name) && S_ISREG(m))
-		return perm_check(ip, 2);
+		return perm_check(fs, ip, 2);
 
 	if (!strncmp(name, "user.", 5)) {
 		if (!S_ISREG(m) && !S_ISDIR(m))
 			return write ? -EPERM : -ENODATA;
 		if (S_ISDIR(m) && (m & S_ISVTX) && write && perm_owner(ip))
 			return -EPERM;
-		return perm_check(ip, write ? 2 : 4);
+		return perm_check(fs, ip, write ? 2 : 4);
 	}
 	if (!strncmp(name, "trusted.", 8))
 		return perm_is_root() ? 0 : write ? -EPERM : -ENODATA;
@@ -1825,7 +1794,7 @@ static int do_setxattr(struct shoal_fs *fs, uint64_t ino, const char *name, cons
 	}
 	if (!err) {
 		int minimal = 0;
-		err = xattr_allowed(ip, name, 1);
+		err = xattr_allowed(fs, ip, name, 1);
 		if (!err && nochange_flags(ip))
 			err = -EPERM;
 		if (!err)
@@ -1862,7 +1831,7 @@ static ssize_t do_getxattr(struct shoal_fs *fs, uint64_t ino, const char *name, 
 	LOCK(fs);
 	n = iget(fs, ino, GL_SH, &ip);
 	if (!n) {
-		n = xattr_allowed(ip, name, 0);
+		n = xattr_allowed(fs, ip, name, 0);
 		if (!n)
 			n = xattr_get(fs, ip, name, value, size);
 		inode_put(fs, ip);
@@ -1897,7 +1866,7 @@ static int do_removexattr(struct shoal_fs *fs, uint64_t ino, const char *name)
 			inode_put(fs, ip);
 	}
 	if (!err) {
-		err = xattr_allowed(ip, name, 2);
+		err = xattr_allowed(fs, ip, name, 2);
 		if (!err && nochange_flags(ip))
 			err = -EPERM;
 		if (!err)
@@ -1966,7 +1935,7 @@ static int do_access(struct shoal_fs *fs, uint64_t ino, int mask)
 		goto out;
 	if (mask != F_OK) {
 		mode_t m = ip_di(ip)->di_mode;
-		err = perm_check(ip, mask & 7);
+		err = perm_check(fs, ip, mask & 7);
 		if (!err && (mask & W_OK) && fs->fs_ro &&
 		    (S_ISREG(m) || S_ISDIR(m) || S_ISLNK(m)))
 			err = -EROFS;

@@ -276,7 +276,15 @@ static void op_init(void *userdata, struct fuse_conn_info *conn)
 	 */
 	conn->want &= ~(FUSE_CAP_WRITEBACK_CACHE | FUSE_CAP_AUTO_INVAL_DATA |
 			FUSE_CAP_ATOMIC_O_TRUNC | FUSE_CAP_HANDLE_KILLPRIV |
-			FUSE_CAP_EXPORT_SUPPORT | FUSE_CAP_POSIX_ACL);
+			FUSE_CAP_EXPORT_SUPPORT);
+	/*
+	 * POSIX ACLs: the kernel checks them (it reads system.posix_acl_access
+	 * and caches it until the inode's attributes are dropped, which a
+	 * demotion does); libshoal keeps the mode and the ACL in step
+	 * (core/acl.c).  The kernel still applies the umask (no DONT_MASK).
+	 */
+	if (conn->capable & FUSE_CAP_POSIX_ACL)
+		conn->want |= FUSE_CAP_POSIX_ACL;
 	/*
 	 * No readdirplus in a cluster: the kernel stamps the names a
 	 * readdirplus reply gives it with the epoch current when it reads the
