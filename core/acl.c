@@ -10,7 +10,11 @@
  *      (acl_to_mode), chmod sets those entries (acl_chmod);
  *  (2) an ACL that says no more than the mode (three entries) is not
  *      stored, so an inode without the xattr is checked by its mode alone;
- *  (3) access is decided as posix_acl_permission(): the owner by user::,
+ *  (3) a new inode in a directory with a default ACL gets it, cut to the
+ *      mode asked for, as access ACL (and as default ACL if a directory),
+ *      and the umask is not applied; without one the umask is
+ *      (posix_acl_create; acl_create);
+ *  (4) access is decided as posix_acl_permission(): the owner by user::,
  *      a named user by its entry and the mask, the groups the caller is in
  *      (owning and named) by any of their entries that grants all asked
  *      for, and the mask, else other::.
@@ -22,6 +26,7 @@
 #include "internal.h"
 
 #define ACL_NAME "system.posix_acl_access"
+#define ACL_DEFAULT "system.posix_acl_default"
 enum { A_USER_OBJ = 0x01, A_USER = 0x02, A_GROUP_OBJ = 0x04, A_GROUP = 0x08,
        A_MASK = 0x10, A_OTHER = 0x20 };
 
@@ -202,4 +207,114 @@ int acl_chmod(struct shoal_fs *fs, struct shoal_inode *ip)
 	err = n < 0 ? -EUCLEAN : xattr_set(fs, ip, ACL_NAME, v, size, 0);
 	free(v);
 	return err;
+}
+
+/*
+ * posix_acl_create_masq(): the new inode's access ACL is dir's default ACL
+ * with each class entry cut to what *mode asks, and *mode cut to the ACL.
+ * 1 if the result says more than the mode (it must be stored), else 0.
+ */
+static int create_masq(uint8_t *v, ssize_t n, mode_t *mode)
+{
+	mode_t m = *mode & 0777;
+	ssize_t group_obj = -1, mask_obj = -1;
+	int not_equiv = 0;
+	struct acl_ent e;
+
+	for (ssize_t i = 0; i < n; i++) {
+		ent_get(v, (size_t)i, &e);
+		uint16_t p = e.ae_perm;
+		switch (e.ae_tag) {
+		case A_USER_OBJ:
+			p &= (uint16_t)((m >> 6) & 7);
+			m &= (mode_t)(p << 6) | ~(mode_t)0700;
+			break;
+		case A_USER:
+		case A_GROUP:
+			not_equiv = 1;
+			break;
+		case A_GROUP_OBJ:
+			group_obj = i;
+			break;
+		case A_OTHER:
+			p &= (uint16_t)(m & 7);
+			m &= (mode_t)p | ~(mode_t)07;
+			break;
+		case A_MASK:
+			mask_obj = i;
+			not_equiv = 1;
+			break;
+		}
+		memcpy(v + 4 + 8 * (size_t)i + 2, &p, 2);
+	}
+	ssize_t g = mask_obj >= 0 ? mask_obj : group_obj;
+	if (g >= 0) {
+		ent_get(v, (size_t)g, &e);
+		uint16_t p = e.ae_perm & (uint16_t)((m >> 3) & 7);
+		m &= (mode_t)(p << 3) | ~(mode_t)070;
+		memcpy(v + 4 + 8 * (size_t)g + 2, &p, 2);
+	}
+	*mode = (*mode & ~(mode_t)0777) | m;
+	return not_equiv;
+}
+
+int acl_create(struct shoal_fs *fs, struct shoal_inode *dp, mode_t *mode, mode_t umask,
+	       struct acl_new *an)
+{
+	ssize_t n, count;
+
+	memset(an, 0, sizeof(*an));
+	if (S_ISLNK(*mode))
+		return 0;
+	n = ip_di(dp)->di_xattr ? xattr_get(fs, dp, ACL_DEFAULT, NULL, 0) : -ENODATA;
+	if (n == -ENODATA) {
+		*mode &= ~(umask & 0777);
+		return 0;
+	}
+	if (n < 0)
+		return (int)n;
+	an->an_def = malloc((size_t)n ? (size_t)n : 1);
+	if (!an->an_def)
+		return -ENOMEM;
+	n = xattr_get(fs, dp, ACL_DEFAULT, an->an_def, (size_t)n);
+	count = n < 0 ? n : acl_count(an->an_def, (size_t)n);
+	if (count < 0) {
+		acl_new_free(an);
+		return n < 0 ? (int)n : -EUCLEAN;
+	}
+	an->an_def_size = (size_t)n;
+	an->an_acc = malloc((size_t)n ? (size_t)n : 1);
+	if (!an->an_acc) {
+		acl_new_free(an);
+		return -ENOMEM;
+	}
+	memcpy(an->an_acc, an->an_def, (size_t)n);
+	an->an_acc_size = (size_t)n;
+	if (!create_masq(an->an_acc, count, mode)) {
+		free(an->an_acc);
+		an->an_acc = NULL; /* (2) */
+	}
+	if (!S_ISDIR(*mode)) {
+		free(an->an_def);
+		an->an_def = NULL;
+	}
+	return 0;
+}
+
+int acl_create_set(struct shoal_fs *fs, struct shoal_inode *ip, const struct acl_new *an)
+{
+	int err = 0;
+
+	if (an->an_acc)
+		err = xattr_set(fs, ip, ACL_NAME, an->an_acc, an->an_acc_size, 0);
+	if (!err && an->an_def)
+		err = xattr_set(fs, ip, ACL_DEFAULT, an->an_def, an->an_def_size, 0);
+	return err;
+}
+
+void acl_new_free(struct acl_new *an)
+{
+	free(an->an_acc);
+	free(an->an_def);
+	an->an_acc = an->an_def = NULL;
 }

@@ -448,6 +448,17 @@ int acl_permission(struct shoal_fs *fs, struct shoal_inode *ip, int want);
  * ACL's user::, mask:: (group:: without a mask) and other:: follow. */
 int acl_chmod_prepare(struct shoal_fs *fs, struct shoal_inode *ip);
 int acl_chmod(struct shoal_fs *fs, struct shoal_inode *ip);
+/* A new inode of *mode in dp (posix_acl_create): *mode cut by dp's
+ * default ACL, or by umask without one, and the ACLs to give it, set by
+ * acl_create_set in the transaction that makes it; freed by acl_new_free. */
+struct acl_new {
+	uint8_t *an_acc, *an_def;
+	size_t an_acc_size, an_def_size;
+};
+int acl_create(struct shoal_fs *fs, struct shoal_inode *dp, mode_t *mode, mode_t umask,
+	       struct acl_new *an);
+int acl_create_set(struct shoal_fs *fs, struct shoal_inode *ip, const struct acl_new *an);
+void acl_new_free(struct acl_new *an);
 /* owner or root: 0 or -EPERM */
 int perm_owner(struct shoal_inode *ip);
 /* removing ip from dp under the sticky rule: 0 or -EPERM */

@@ -548,6 +548,7 @@ static int make_node(struct shoal_fs *fs, const struct shoal_ctx *ctx, uint64_t 
 		     struct shoal_inode **ipp)
 {
 	struct shoal_inode *dp, *ip;
+	struct acl_new an = { 0 };
 	uint64_t ino;
 	gid_t gid;
 	int err = check_name(name);
@@ -585,8 +586,16 @@ static int make_node(struct shoal_fs *fs, const struct shoal_ctx *ctx, uint64_t 
 	err = dir_make_room(fs, dp, name);
 	if (err)
 		goto out_dp;
-	err = trans_begin_alloc(fs, RES_META + (target ? 4 : 0),
-				1 + (target ? (strlen(target) >> fs->fs_bshift) + 1 : 0));
+	/* the set-ID rules below see the mode asked for, as inode_init_owner
+	 * runs before ext4_init_acl */
+	mode_t acl_mode = mode;
+	err = acl_create(fs, dp, &acl_mode, ctx->c_umask, &an);
+	if (err)
+		goto out_dp;
+	int acls = (an.an_acc != NULL) + (an.an_def != NULL);
+	err = trans_begin_alloc(fs, RES_META + (target ? 4 : 0) + (uint32_t)acls * 2,
+				1 + (target ? (strlen(target) >> fs->fs_bshift) + 1 : 0) +
+					(acls ? 1 : 0));
 	if (err)
 		goto out_dp;
 	uint64_t want = 0;
@@ -607,9 +616,16 @@ static int make_node(struct shoal_fs *fs, const struct shoal_ctx *ctx, uint64_t 
 			 ctx->c_gid != gid)
 			mode &= ~S_ISGID;
 	}
+	mode = (mode & ~(mode_t)0777) | (acl_mode & 0777);
 	err = inode_alloc(fs, dp, want, mode, ctx->c_uid, gid, &ip);
 	if (err)
 		goto out_dp;
+	err = acl_create_set(fs, ip, &an);
+	if (err) {
+		ip_di(ip)->di_nlink = 0;
+		inode_put(fs, ip); /* destroyed: it has no links */
+		goto out_dp;
+	}
 	if (S_ISDIR(mode)) {
 		dir_init_inline(fs, ip);
 		ip_di(ip)->di_parent = dp->i_ino;
@@ -636,6 +652,7 @@ static int make_node(struct shoal_fs *fs, const struct shoal_ctx *ctx, uint64_t 
 	inode_touch(dp, 0, 1, 1);
 	*ipp = ip;
 out_dp:
+	acl_new_free(&an);
 	inode_put(fs, dp);
 	return err;
 }
@@ -1773,8 +1790,13 @@ static int xattr_allowed(struct shoal_fs *fs, struct shoal_inode *ip, const char
 	}
 	if (!strncmp(name, "trusted.", 8))
 		return perm_is_root() ? 0 : write ? -EPERM : -ENODATA;
-	if (!strncmp(name, "system.posix_acl_", 17))
+	if (!strncmp(name, "system.posix_acl_", 17)) {
+		if (S_ISLNK(m))
+			return -EOPNOTSUPP; /* as posix_acl_xattr_get/set */
+		if (write == 1 && !S_ISDIR(m) && !strcmp(name, "system.posix_acl_default"))
+			return -EACCES; /* set_posix_acl */
 		return write ? perm_owner(ip) : 0;
+	}
 	if (!strncmp(name, "security.", 9))
 		return write && !perm_is_root() ? -EPERM : 0;
 	return 0;
@@ -1802,6 +1824,9 @@ static int do_setxattr(struct shoal_fs *fs, uint64_t ino, const char *name, cons
 		if (!err && !strcmp(name, "system.posix_acl_access")) {
 			mode_t m = ip_di(ip)->di_mode;
 			minimal = acl_to_mode(value, size, &m);
+			/* posix_acl_update_mode(): without CAP_FSETID */
+			if (!perm_is_root() && !perm_in_group(ip_di(ip)->di_gid))
+				m &= ~(mode_t)S_ISGID;
 			if (minimal < 0) {
 				err = minimal;
 			} else {

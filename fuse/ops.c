@@ -280,11 +280,16 @@ static void op_init(void *userdata, struct fuse_conn_info *conn)
 	/*
 	 * POSIX ACLs: the kernel checks them (it reads system.posix_acl_access
 	 * and caches it until the inode's attributes are dropped, which a
-	 * demotion does); libshoal keeps the mode and the ACL in step
-	 * (core/acl.c).  The kernel still applies the umask (no DONT_MASK).
+	 * demotion does); libshoal keeps the mode and the ACL in step and
+	 * gives a new inode its directory's default ACL (core/acl.c), or
+	 * applies the umask when there is none: the kernel must not
+	 * (DONT_MASK; the request carries the umask).
 	 */
 	if (conn->capable & FUSE_CAP_POSIX_ACL)
 		conn->want |= FUSE_CAP_POSIX_ACL;
+	if ((conn->capable & (FUSE_CAP_POSIX_ACL | FUSE_CAP_DONT_MASK)) ==
+	    (FUSE_CAP_POSIX_ACL | FUSE_CAP_DONT_MASK))
+		conn->want |= FUSE_CAP_DONT_MASK;
 	/*
 	 * No readdirplus in a cluster: the kernel stamps the names a
 	 * readdirplus reply gives it with the epoch current when it reads the

@@ -84,5 +84,45 @@ check_eq "chmod 654: user, mask and other follow the mode" \
 check_eq "... mode 654" 654 "$(stat -c %a "$m/g")"
 check_eq "... and the named user reads again" OK "$(un 'open(a[0]).read()' "$m/g")"
 
+# --- default ACLs are inherited (posix_acl_create), the umask then ignored ----------------
+mkdir -m 755 "$m/d"
+acl_set "$m/d" default u::rwx u:$N:rx g::rx m::rwx o::-
+check_eq "a default ACL is stored" "u::rwx u:$N:rx g::rx m::rwx o::-" "$(acl_get "$m/d" default)"
+check_eq "a new file: mode from the default ACL and the asked mode, not the umask" "OK 660" \
+	"$(umask 022; t_try 'os.close(os.open(a[0], os.O_CREAT | os.O_WRONLY, 0o666))' "$m/d/f") $(stat -c %a "$m/d/f")"
+check_eq "... its access ACL: the default ACL masked by the mode" \
+	"u::rw u:$N:rx g::rx m::rw o::-" "$(acl_get "$m/d/f" access)"
+check_eq "... no default ACL on a file" none "$(acl_get "$m/d/f" default)"
+check_eq "... the named user may read it" OK "$(un 'open(a[0]).read()' "$m/d/f")"
+check_eq "a new directory: mode 770 and both ACLs" \
+	"OK 770 u::rwx u:$N:rx g::rx m::rwx o::- u::rwx u:$N:rx g::rx m::rwx o::-" \
+	"$(umask 077; t_try 'os.mkdir(a[0], 0o777)' "$m/d/sub") $(stat -c %a "$m/d/sub") $(acl_get "$m/d/sub" access) $(acl_get "$m/d/sub/" default)"
+check_eq "... and its files inherit in turn" "OK 640" \
+	"$(t_try 'os.close(os.open(a[0], os.O_CREAT | os.O_WRONLY, 0o640))' "$m/d/sub/g") $(stat -c %a "$m/d/sub/g")"
+check_eq "a symlink has no ACL (EOPNOTSUPP)" ENOTSUP \
+	"$(ln -s f "$m/d/l" && t_try 'os.getxattr(a[0], "system.posix_acl_access", follow_symlinks=False)' "$m/d/l")"
+mkdir "$m/dmin"
+acl_set "$m/dmin" default u::rwx g::rx o::r
+check_eq "a minimal default ACL: the mode it implies, no access ACL" "OK 644 none" \
+	"$(umask 077; t_try 'os.close(os.open(a[0], os.O_CREAT | os.O_WRONLY, 0o666))' "$m/dmin/f") $(stat -c %a "$m/dmin/f") $(acl_get "$m/dmin/f" access)"
+check_eq "without a default ACL the umask applies" "OK 600" \
+	"$(umask 077; t_try 'os.close(os.open(a[0], os.O_CREAT | os.O_WRONLY, 0o666))' "$m/nodef") $(stat -c %a "$m/nodef")"
+check_eq "... and to mkdir" "OK 700" "$(umask 077; t_try 'os.mkdir(a[0], 0o777)' "$m/nodefd") $(stat -c %a "$m/nodefd")"
+
+# --- set-group-ID with ACLs ----------------------------------------------------------------
+SG=4545    # a group the test user is not in
+mkdir "$m/pub" && chmod 1777 "$m/pub"
+ut 'open(a[0], "w")' "$m/pub/sg" >/dev/null
+chgrp $SG "$m/pub/sg" && chmod 2770 "$m/pub/sg"
+check_eq "the owner, not in the file's group, sets an ACL: S_ISGID dropped (posix_acl_update_mode)" \
+	"OK 770" "$("$T_PY" -c 1 && ut 'import struct
+os.setxattr(a[0], "system.posix_acl_access", struct.pack("<I", 2) + b"".join(struct.pack("<HHI", t, p, 0xffffffff) for t, p in ((1, 7), (4, 7), (0x20, 0))))' "$m/pub/sg") $(stat -c %a "$m/pub/sg")"
+mkdir "$m/sgd" && chgrp $SG "$m/sgd" && chmod 2777 "$m/sgd"
+acl_set "$m/sgd" default u::rwx g::rwx o::rwx
+check_eq "a setgid directory with a default ACL: a new subdirectory is setgid and in its group" \
+	"OK 2777 $SG" "$(umask 022; ut 'os.mkdir(a[0], 0o777)' "$m/sgd/sub") $(stat -c '%a %g' "$m/sgd/sub")"
+check_eq "... a file made S_ISGID by a non-member loses it, after the ACL's mask" "OK 755" \
+	"$(ut 'os.close(os.open(a[0], os.O_CREAT | os.O_WRONLY, 0o2755))' "$m/sgd/f") $(stat -c %a "$m/sgd/f")"
+
 t_umount_fsck "$m" "$img"
 t_done
