@@ -1170,6 +1170,7 @@ out_unmount:
 	notify_parent(1); /* if the parent still waits, start-up failed */
 	log_line(&sm, "unmounted %s%s", sm.sm_device, status ? " with errors" : "");
 	fuse_opt_free_args(&args);
+	free(ma.ma_kernel);
 	free(sm.sm_options);
 	free(sm.sm_device);
 	free(sm.sm_mountpoint);
@@ -1180,6 +1181,7 @@ out_dev:
 out_args:
 	notify_parent(1); /* the parent, if any, reports a failed start-up */
 	fuse_opt_free_args(&args);
+	free(ma.ma_kernel);
 	free(sm.sm_options);
 	free(sm.sm_device);
 	free(sm.sm_mountpoint);
