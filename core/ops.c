@@ -3,11 +3,14 @@
  * reserves its journal space, does its work through the inode, directory,
  * file and xattr modules, and returns 0 / size / -errno.
  *
- * Permission checks (rwx, sticky directories, ownership for chmod/chown)
- * are made by the kernel from our attributes (shoal-mount always mounts
- * with default_permissions); this layer enforces what the kernel cannot
- * know: the immutable and append-only flags, name rules, link limits,
- * emptiness and cycles for rename, and set-group-ID inheritance.
+ * Permission checks (rwx and POSIX ACLs, sticky directories, ownership
+ * for chmod/chown) are made by the kernel from our attributes and ACLs
+ * (shoal-mount always mounts with default_permissions and FUSE_POSIX_ACL)
+ * and again here (perm.c, acl.c); this layer enforces what the kernel
+ * cannot know: the immutable and append-only flags, name rules, link
+ * limits, emptiness and cycles for rename, set-group-ID inheritance, the
+ * umask or a directory's default ACL for a new inode, and the mode an
+ * access ACL implies.
  *
  * Invariants:
  *  (1) an operation calls trans_begin only at points where the filesystem
