@@ -1843,6 +1843,11 @@ static int do_setxattr(struct shoal_fs *fs, uint64_t ino, const char *name, cons
 				}
 			}
 		}
+		if (!err && !strcmp(name, "system.posix_acl_default")) {
+			mode_t scratch = 0; /* only checked: acl_create reads it */
+			int r = acl_to_mode(value, size, &scratch);
+			err = r < 0 ? r : 0;
+		}
 		if (!err && !minimal)
 			err = xattr_set(fs, ip, name, value, size, flags);
 		inode_put(fs, ip);

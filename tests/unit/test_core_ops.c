@@ -1394,6 +1394,11 @@ static void test_acl(void **state)
 	struct stat h;
 	assert_int_equal(shoal_create(e.e_fs, &umask022, e.e_root, "h", 0666, O_RDWR, &h), 0);
 	assert_int_equal(h.st_mode & 07777, 0644);
+	/* a malformed default ACL: EINVAL (no user:: entry) */
+	uint8_t bad[128];
+	size_t nbad = acl_build(bad, def + 1, 4);
+	assert_int_equal(shoal_setxattr(e.e_fs, d.st_ino, "system.posix_acl_default", bad, nbad, 0),
+			 -EINVAL);
 	/* a default ACL on a file: EACCES */
 	assert_int_equal(shoal_setxattr(e.e_fs, f, "system.posix_acl_default", acl, n, 0), -EACCES);
 	shoal_forget(e.e_fs, d.st_ino, 1);
