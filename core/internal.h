@@ -446,8 +446,33 @@ const struct shoal_ctx *perm_caller(void);
 int perm_is_root(void);
 uid_t perm_uid(void);
 int perm_in_group(gid_t gid);
-/* mask: 4 read, 2 write, 1 execute/search; 0 or -EACCES */
-int perm_check(struct shoal_inode *ip, int mask);
+/* mask: 4 read, 2 write, 1 execute/search; 0 or -EACCES (or an error
+ * reading the inode's access ACL) */
+int perm_check(struct shoal_fs *fs, struct shoal_inode *ip, int mask);
+
+/* acl.c: POSIX access ACLs and the mode bits they go with */
+/* The mode an access ACL sets (*mode's bits replaced): 1 if the ACL is
+ * minimal (nothing to store), 0 if it must be stored, or -EINVAL. */
+int acl_to_mode(const void *value, size_t size, mode_t *mode);
+/* The caller (perm.c) against ip's access ACL: 0, -EACCES, 1 if ip has
+ * none (the mode bits decide), or -errno.  Not for the owner or root. */
+int acl_permission(struct shoal_fs *fs, struct shoal_inode *ip, int want);
+/* chmod: before the transaction (holds the xattr block's group; 1 if ip
+ * has an ACL, else 0, or -errno), then in it, after di_mode changed: the
+ * ACL's user::, mask:: (group:: without a mask) and other:: follow. */
+int acl_chmod_prepare(struct shoal_fs *fs, struct shoal_inode *ip);
+int acl_chmod(struct shoal_fs *fs, struct shoal_inode *ip);
+/* A new inode of *mode in dp (posix_acl_create): *mode cut by dp's
+ * default ACL, or by umask without one, and the ACLs to give it, set by
+ * acl_create_set in the transaction that makes it; freed by acl_new_free. */
+struct acl_new {
+	uint8_t *an_acc, *an_def;
+	size_t an_acc_size, an_def_size;
+};
+int acl_create(struct shoal_fs *fs, struct shoal_inode *dp, mode_t *mode, mode_t umask,
+	       struct acl_new *an);
+int acl_create_set(struct shoal_fs *fs, struct shoal_inode *ip, const struct acl_new *an);
+void acl_new_free(struct acl_new *an);
 /* owner or root: 0 or -EPERM */
 int perm_owner(struct shoal_inode *ip);
 /* removing ip from dp under the sticky rule: 0 or -EPERM */

@@ -3,11 +3,14 @@
  * reserves its journal space, does its work through the inode, directory,
  * file and xattr modules, and returns 0 / size / -errno.
  *
- * Permission checks (rwx, sticky directories, ownership for chmod/chown)
- * are made by the kernel from our attributes (shoal-mount always mounts
- * with default_permissions); this layer enforces what the kernel cannot
- * know: the immutable and append-only flags, name rules, link limits,
- * emptiness and cycles for rename, and set-group-ID inheritance.
+ * Permission checks (rwx and POSIX ACLs, sticky directories, ownership
+ * for chmod/chown) are made by the kernel from our attributes and ACLs
+ * (shoal-mount always mounts with default_permissions and FUSE_POSIX_ACL)
+ * and again here (perm.c, acl.c); this layer enforces what the kernel
+ * cannot know: the immutable and append-only flags, name rules, link
+ * limits, emptiness and cycles for rename, set-group-ID inheritance, the
+ * umask or a directory's default ACL for a new inode, and the mode an
+ * access ACL implies.
  *
  * Invariants:
  *  (1) an operation calls trans_begin only at points where the filesystem
@@ -186,7 +189,7 @@ static int do_lookup(struct shoal_fs *fs, uint64_t parent, const char *name, str
 	err = get_dir(fs, parent, &dp);
 	if (err)
 		goto out;
-	err = perm_check(dp, 1);
+	err = perm_check(fs, dp, 1);
 	if (err) {
 		inode_put(fs, dp);
 		goto out;
@@ -291,8 +294,8 @@ static int do_generation(struct shoal_fs *fs, uint64_t ino, uint64_t *g)
 	return err;
 }
 
-static int setattr_allowed(struct shoal_inode *ip, const struct shoal_ctx *ctx,
-			   const struct stat *attr, int valid);
+static int setattr_allowed(struct shoal_fs *fs, struct shoal_inode *ip,
+			   const struct shoal_ctx *ctx, const struct stat *attr, int valid);
 
 static void set_ts(struct shoal_ts *t, const struct timespec *ts)
 {
@@ -301,7 +304,7 @@ static void set_ts(struct shoal_ts *t, const struct timespec *ts)
 }
 
 /*
- * What writing or truncating a file drops (fuse/main.c killpriv_v2: the
+ * What writing, truncating or fallocating a file drops (fuse/main.c killpriv_v2: the
  * kernel leaves it to libshoal, and so it holds for what another node
  * changed too): the set-ID bits when the caller is not root (the kernel's
  * test is CAP_FSETID, which libshoal cannot see; ext4 drops them for every
@@ -412,6 +415,14 @@ static int setattr_locked(struct shoal_fs *fs, const struct shoal_ctx *ctx, uint
 		err = -EPERM;
 		goto out_put;
 	}
+	/* notify_change(): explicit times (ATTR_TIMES_SET) on an append-only
+	 * file are refused; "now" is allowed */
+	if ((((valid & SHOAL_SET_ATIME) && !(valid & SHOAL_SET_ATIME_NOW)) ||
+	     ((valid & SHOAL_SET_MTIME) && !(valid & SHOAL_SET_MTIME_NOW))) &&
+	    (di->di_flags & SHOAL_DIF_APPEND)) {
+		err = -EPERM;
+		goto out_put;
+	}
 	if (valid & SHOAL_SET_SIZE) {
 		if (S_ISDIR(di->di_mode)) {
 			err = -EISDIR;
@@ -422,7 +433,7 @@ static int setattr_locked(struct shoal_fs *fs, const struct shoal_ctx *ctx, uint
 			goto out_put;
 		}
 	}
-	err = setattr_allowed(ip, ctx, attr, valid);
+	err = setattr_allowed(fs, ip, ctx, attr, valid);
 	int cap = 0;
 	if (!err && (valid & SHOAL_SET_SIZE) && (uint64_t)attr->st_size < di->di_size &&
 	    di->di_height) /* the groups of the blocks past the new end */
@@ -430,9 +441,12 @@ static int setattr_locked(struct shoal_fs *fs, const struct shoal_ctx *ctx, uint
 						       fs->fs_bshift, UINT64_MAX);
 	if (!err && (valid & SHOAL_SET_SIZE))
 		err = kill_priv_prepare(fs, ctx, ip, &cap);
-	if (err)
+	int acl = 0;
+	if (!err && (valid & SHOAL_SET_MODE))
+		err = acl = acl_chmod_prepare(fs, ip);
+	if (err < 0)
 		goto out_put;
-	err = trans_begin(fs, trans_rg_blocks(fs) + RES_META);
+	err = trans_begin_alloc(fs, trans_rg_blocks(fs) + RES_META, acl ? 1 : 0);
 	if (!err && (valid & SHOAL_SET_SIZE))
 		err = kill_priv(fs, ctx, ip, cap); /* an explicit mode below wins */
 	if (err)
@@ -451,6 +465,8 @@ static int setattr_locked(struct shoal_fs *fs, const struct shoal_ctx *ctx, uint
 		if ((m & S_ISGID) && !perm_is_root() && !perm_in_group(g))
 			m &= ~S_ISGID; /* like chmod(2) without CAP_FSETID */
 		di->di_mode = (di->di_mode & S_IFMT) | m;
+		if (acl && (err = acl_chmod(fs, ip)) < 0) /* posix_acl_chmod */
+			goto out_put;
 	}
 	if (valid & (SHOAL_SET_UID | SHOAL_SET_GID)) {
 		if (valid & SHOAL_SET_UID)
@@ -489,8 +505,8 @@ out:
 
 /* May the caller make these attribute changes?  (chmod, chown, utimes and
  * truncate rules of the kernel's setattr_prepare and may_open.) */
-static int setattr_allowed(struct shoal_inode *ip, const struct shoal_ctx *ctx,
-			   const struct stat *attr, int valid)
+static int setattr_allowed(struct shoal_fs *fs, struct shoal_inode *ip,
+			   const struct shoal_ctx *ctx, const struct stat *attr, int valid)
 {
 	struct shoal_dinode *di = ip_di(ip);
 	int err;
@@ -517,12 +533,12 @@ static int setattr_allowed(struct shoal_inode *ip, const struct shoal_ctx *ctx,
 		if (perm_owner(ip)) {
 			if (explicit_time)
 				return -EPERM;
-			if ((err = perm_check(ip, 2)))
+			if ((err = perm_check(fs, ip, 2)))
 				return err;
 		}
 	}
 	if ((valid & SHOAL_SET_SIZE) && !(ctx && (ctx->c_flags & SHOAL_CTX_FH)) &&
-	    (err = perm_check(ip, 2)))
+	    (err = perm_check(fs, ip, 2)))
 		return err;
 	return 0;
 }
@@ -536,6 +552,7 @@ static int make_node(struct shoal_fs *fs, const struct shoal_ctx *ctx, uint64_t 
 		     struct shoal_inode **ipp)
 {
 	struct shoal_inode *dp, *ip;
+	struct acl_new an = { 0 };
 	uint64_t ino;
 	gid_t gid;
 	int err = check_name(name);
@@ -554,7 +571,7 @@ static int make_node(struct shoal_fs *fs, const struct shoal_ctx *ctx, uint64_t 
 		err = -EPERM;
 		goto out_dp;
 	}
-	err = perm_check(dp, 3);
+	err = perm_check(fs, dp, 3);
 	if (err)
 		goto out_dp;
 	if ((S_ISCHR(mode) || S_ISBLK(mode)) && !perm_is_root()) {
@@ -573,8 +590,16 @@ static int make_node(struct shoal_fs *fs, const struct shoal_ctx *ctx, uint64_t 
 	err = dir_make_room(fs, dp, name);
 	if (err)
 		goto out_dp;
-	err = trans_begin_alloc(fs, RES_META + (target ? 4 : 0),
-				1 + (target ? (strlen(target) >> fs->fs_bshift) + 1 : 0));
+	/* the set-ID rules below see the mode asked for, as inode_init_owner
+	 * runs before ext4_init_acl */
+	mode_t acl_mode = mode;
+	err = acl_create(fs, dp, &acl_mode, ctx->c_umask, &an);
+	if (err)
+		goto out_dp;
+	int acls = (an.an_acc != NULL) + (an.an_def != NULL);
+	err = trans_begin_alloc(fs, RES_META + (target ? 4 : 0) + (uint32_t)acls * 2,
+				1 + (target ? (strlen(target) >> fs->fs_bshift) + 1 : 0) +
+					(acls ? 1 : 0));
 	if (err)
 		goto out_dp;
 	uint64_t want = 0;
@@ -595,9 +620,16 @@ static int make_node(struct shoal_fs *fs, const struct shoal_ctx *ctx, uint64_t 
 			 ctx->c_gid != gid)
 			mode &= ~S_ISGID;
 	}
+	mode = (mode & ~(mode_t)0777) | (acl_mode & 0777);
 	err = inode_alloc(fs, dp, want, mode, ctx->c_uid, gid, &ip);
 	if (err)
 		goto out_dp;
+	err = acl_create_set(fs, ip, &an);
+	if (err) {
+		ip_di(ip)->di_nlink = 0;
+		inode_put(fs, ip); /* destroyed: it has no links */
+		goto out_dp;
+	}
 	if (S_ISDIR(mode)) {
 		dir_init_inline(fs, ip);
 		ip_di(ip)->di_parent = dp->i_ino;
@@ -624,6 +656,7 @@ static int make_node(struct shoal_fs *fs, const struct shoal_ctx *ctx, uint64_t 
 	inode_touch(dp, 0, 1, 1);
 	*ipp = ip;
 out_dp:
+	acl_new_free(&an);
 	inode_put(fs, dp);
 	return err;
 }
@@ -721,7 +754,7 @@ static int create_open_existing(struct shoal_fs *fs, uint64_t parent, const char
 	else if (!S_ISREG(ip_di(ip)->di_mode))
 		err = -EEXIST;
 	if (!err)
-		err = perm_check(ip, (acc == O_RDONLY ? 4 : acc == O_WRONLY ? 2 : 6) |
+		err = perm_check(fs, ip, (acc == O_RDONLY ? 4 : acc == O_WRONLY ? 2 : 6) |
 					     (flags & O_TRUNC ? 2 : 0));
 	if (!err && (acc != O_RDONLY || (flags & O_TRUNC))) {
 		if (ip_di(ip)->di_flags & SHOAL_DIF_IMMUTABLE)
@@ -799,7 +832,8 @@ static int do_link(struct shoal_fs *fs, uint64_t ino, uint64_t newparent, const 
 	err = get_dir(fs, newparent, &dp);
 	if (err)
 		goto out_ip;
-	err = perm_check(dp, 3);
+	/* may_create(): inode_permission(MAY_WRITE) refuses an immutable dir */
+	err = ip_di(dp)->di_flags & SHOAL_DIF_IMMUTABLE ? -EPERM : perm_check(fs, dp, 3);
 	if (err)
 		goto out_dp;
 	err = dir_lookup(fs, dp, newname, &x, NULL);
@@ -864,10 +898,16 @@ static int remove_entry(struct shoal_fs *fs, uint64_t parent, const char *name, 
 	err = get_dir(fs, parent, &dp);
 	if (err)
 		goto out;
-	err = perm_check(dp, 3);
-	if (err)
-		goto out_dp;
-	err = dir_lookup(fs, dp, name, &ino, NULL);
+	/* in the kernel's order: search, lookup, then may_delete() (an
+	 * immutable directory, write permission, sticky, append-only and
+	 * immutable flags, the type), then the filesystem's ENOTEMPTY */
+	err = perm_check(fs, dp, 1);
+	if (!err)
+		err = dir_lookup(fs, dp, name, &ino, NULL);
+	if (!err && (ip_di(dp)->di_flags & SHOAL_DIF_IMMUTABLE))
+		err = -EPERM;
+	if (!err)
+		err = perm_check(fs, dp, 2);
 	if (!err)
 		err = hold(fs, ino, GL_EX);
 	if (!err)
@@ -880,14 +920,14 @@ static int remove_entry(struct shoal_fs *fs, uint64_t parent, const char *name, 
 	err = perm_sticky(dp, ip);
 	if (err)
 		;
+	else if (nochange_flags(ip) || (ip_di(dp)->di_flags & SHOAL_DIF_APPEND))
+		err = -EPERM;
 	else if (isdir && !S_ISDIR(ip_di(ip)->di_mode))
 		err = -ENOTDIR;
 	else if (!isdir && S_ISDIR(ip_di(ip)->di_mode))
 		err = -EISDIR;
 	else if (isdir && ip_di(ip)->di_entries)
 		err = -ENOTEMPTY;
-	else if (nochange_flags(ip) || (ip_di(dp)->di_flags & (SHOAL_DIF_IMMUTABLE | SHOAL_DIF_APPEND)))
-		err = -EPERM;
 	if (!err)
 		err = trans_begin(fs, RES_META);
 	if (!err)
@@ -972,9 +1012,9 @@ static int do_rename(struct shoal_fs *fs, const struct shoal_ctx *ctx, uint64_t 
 	err = get_dir(fs, newparent, &ddp);
 	if (err)
 		goto out;
-	err = perm_check(sdp, 3);
+	err = perm_check(fs, sdp, 3);
 	if (!err)
-		err = perm_check(ddp, 3);
+		err = perm_check(fs, ddp, 3);
 	if (!err)
 		err = dir_lookup(fs, sdp, name, &sino, NULL);
 	if (!err)
@@ -989,7 +1029,7 @@ static int do_rename(struct shoal_fs *fs, const struct shoal_ctx *ctx, uint64_t 
 		goto out;
 	sdir = S_ISDIR(ip_di(sip)->di_mode);
 	/* a directory changing parent rewrites its "..": it needs write */
-	if (sdir && parent != newparent && (err = perm_check(sip, 2)))
+	if (sdir && parent != newparent && (err = perm_check(fs, sip, 2)))
 		goto out;
 	err = dir_lookup(fs, ddp, newname, &tino, NULL);
 	if (err && err != -ENOENT)
@@ -1011,7 +1051,7 @@ static int do_rename(struct shoal_fs *fs, const struct shoal_ctx *ctx, uint64_t 
 		if (tip->i_ino != sip->i_ino && (err = perm_sticky(ddp, tip)))
 			goto out;
 		if ((flags & RENAME_EXCHANGE) && tdir && parent != newparent &&
-		    (err = perm_check(tip, 2)))
+		    (err = perm_check(fs, tip, 2)))
 			goto out;
 	} else if (flags & RENAME_EXCHANGE) {
 		goto out; /* -ENOENT */
@@ -1211,7 +1251,9 @@ static int do_open(struct shoal_fs *fs, uint64_t ino, int flags)
 	if (err)
 		goto out;
 	int want = (acc == O_RDONLY ? 4 : acc == O_WRONLY ? 2 : 6) | (flags & O_TRUNC ? 2 : 0);
-	err = perm_check(ip, want);
+	if (acc == O_RDONLY && (flags & SHOAL_O_EXEC))
+		want = 1; /* execve: may_open(MAY_EXEC), as the kernel checked */
+	err = perm_check(fs, ip, want);
 	if (!err && (acc != O_RDONLY || (flags & O_TRUNC))) {
 		if (ip_di(ip)->di_flags & SHOAL_DIF_IMMUTABLE)
 			err = -EPERM;
@@ -1515,7 +1557,7 @@ static int fallocate_locked(struct shoal_fs *fs, uint64_t ino, int mode, uint64_
 	struct shoal_inode *ip;
 	struct shoal_dinode *di;
 	uint32_t bs = fs->fs_bsize;
-	int err;
+	int err, cap;
 
 	if (len == 0)
 		return -EINVAL;
@@ -1549,8 +1591,12 @@ static int fallocate_locked(struct shoal_fs *fs, uint64_t ino, int mode, uint64_
 		err = -EPERM;
 		goto out_put;
 	}
-	err = trans_begin_alloc(fs, trans_rg_blocks(fs) + RES_META * 2,
-				mode & FALLOC_FL_PUNCH_HOLE ? 0 : (len >> fs->fs_bshift) + 2);
+	err = kill_priv_prepare(fs, perm_caller(), ip, &cap);
+	if (!err)
+		err = trans_begin_alloc(fs, trans_rg_blocks(fs) + RES_META * 2,
+					mode & FALLOC_FL_PUNCH_HOLE ? 0 : (len >> fs->fs_bshift) + 2);
+	if (!err) /* ext4's file_modified(): every mode drops them */
+		err = kill_priv(fs, perm_caller(), ip, cap);
 	if (err)
 		goto out_put;
 	if (mode & FALLOC_FL_PUNCH_HOLE) {
@@ -1730,62 +1776,38 @@ out:
 	return err;
 }
 
-/*
- * An access ACL carries the mode's permission bits (ext4's
- * posix_acl_update_mode): setting one updates di_mode, and an ACL that says
- * no more than the mode does is not stored at all.  Returns 1 if the ACL is
- * minimal (nothing to store), 0 if it must be stored, or -EINVAL.
- */
-static int acl_to_mode(const void *value, size_t size, mode_t *mode)
-{
-	const uint8_t *p = value;
-	uint32_t version;
-	int user = -1, group = -1, mask = -1, other = -1, extended = 0;
-
-	if (size < 4 || (size - 4) % 8)
-		return -EINVAL;
-	memcpy(&version, p, 4);
-	if (version != 2)
-		return -EINVAL;
-	for (size_t off = 4; off < size; off += 8) {
-		uint16_t tag, perm;
-		memcpy(&tag, p + off, 2);
-		memcpy(&perm, p + off + 2, 2);
-		perm &= 7;
-		switch (tag) {
-		case 0x01: user = perm; break;
-		case 0x04: group = perm; break;
-		case 0x10: mask = perm; break;
-		case 0x20: other = perm; break;
-		case 0x02: case 0x08: extended = 1; break;
-		default: return -EINVAL;
-		}
-	}
-	if (user < 0 || group < 0 || other < 0 || (extended && mask < 0))
-		return -EINVAL;
-	*mode = (*mode & ~(mode_t)0777) | (mode_t)(user << 6) |
-		(mode_t)((mask >= 0 ? mask : group) << 3) | (mode_t)other;
-	return !extended && mask < 0;
-}
-
+/* An access ACL carries the mode's permission bits (ext4's
+ * posix_acl_update_mode): acl.c. */
 /* xattr_permission(): user.* follows the file's rwx bits (regular files
  * and directories only), trusted.* and security.* are root's, ACLs the
- * owner's.  write: 1 for set/remove. */
-static int xattr_allowed(struct shoal_inode *ip, const char *name, int write)
+ * owner's.  write: 1 for set, 2 for remove.  Removing security.capability
+ * needs write permission only: whoever may write the file drops it by
+ * writing anyway (kill_priv), and the kernel removes it so, as the
+ * writer, before a write or fallocate (file_remove_privs); a user's own
+ * removexattr is refused by the kernel without CAP_SETFCAP. */
+static int xattr_allowed(struct shoal_fs *fs, struct shoal_inode *ip, const char *name, int write)
 {
 	mode_t m = ip_di(ip)->di_mode;
+
+	if (write == 2 && !strcmp(name, kill_cap_name) && S_ISREG(m))
+		return perm_check(fs, ip, 2);
 
 	if (!strncmp(name, "user.", 5)) {
 		if (!S_ISREG(m) && !S_ISDIR(m))
 			return write ? -EPERM : -ENODATA;
 		if (S_ISDIR(m) && (m & S_ISVTX) && write && perm_owner(ip))
 			return -EPERM;
-		return perm_check(ip, write ? 2 : 4);
+		return perm_check(fs, ip, write ? 2 : 4);
 	}
 	if (!strncmp(name, "trusted.", 8))
 		return perm_is_root() ? 0 : write ? -EPERM : -ENODATA;
-	if (!strncmp(name, "system.posix_acl_", 17))
+	if (!strncmp(name, "system.posix_acl_", 17)) {
+		if (S_ISLNK(m))
+			return -EOPNOTSUPP; /* as posix_acl_xattr_get/set */
+		if (write == 1 && !S_ISDIR(m) && !strcmp(name, "system.posix_acl_default"))
+			return -EACCES; /* set_posix_acl */
 		return write ? perm_owner(ip) : 0;
+	}
 	if (!strncmp(name, "security.", 9))
 		return write && !perm_is_root() ? -EPERM : 0;
 	return 0;
@@ -1805,7 +1827,7 @@ static int do_setxattr(struct shoal_fs *fs, uint64_t ino, const char *name, cons
 	}
 	if (!err) {
 		int minimal = 0;
-		err = xattr_allowed(ip, name, 1);
+		err = xattr_allowed(fs, ip, name, 1);
 		if (!err && nochange_flags(ip))
 			err = -EPERM;
 		if (!err)
@@ -1813,6 +1835,9 @@ static int do_setxattr(struct shoal_fs *fs, uint64_t ino, const char *name, cons
 		if (!err && !strcmp(name, "system.posix_acl_access")) {
 			mode_t m = ip_di(ip)->di_mode;
 			minimal = acl_to_mode(value, size, &m);
+			/* posix_acl_update_mode(): without CAP_FSETID */
+			if (!perm_is_root() && !perm_in_group(ip_di(ip)->di_gid))
+				m &= ~(mode_t)S_ISGID;
 			if (minimal < 0) {
 				err = minimal;
 			} else {
@@ -1825,6 +1850,11 @@ static int do_setxattr(struct shoal_fs *fs, uint64_t ino, const char *name, cons
 						err = 0;
 				}
 			}
+		}
+		if (!err && !strcmp(name, "system.posix_acl_default")) {
+			mode_t scratch = 0; /* only checked: acl_create reads it */
+			int r = acl_to_mode(value, size, &scratch);
+			err = r < 0 ? r : 0;
 		}
 		if (!err && !minimal)
 			err = xattr_set(fs, ip, name, value, size, flags);
@@ -1842,7 +1872,7 @@ static ssize_t do_getxattr(struct shoal_fs *fs, uint64_t ino, const char *name, 
 	LOCK(fs);
 	n = iget(fs, ino, GL_SH, &ip);
 	if (!n) {
-		n = xattr_allowed(ip, name, 0);
+		n = xattr_allowed(fs, ip, name, 0);
 		if (!n)
 			n = xattr_get(fs, ip, name, value, size);
 		inode_put(fs, ip);
@@ -1877,7 +1907,7 @@ static int do_removexattr(struct shoal_fs *fs, uint64_t ino, const char *name)
 			inode_put(fs, ip);
 	}
 	if (!err) {
-		err = xattr_allowed(ip, name, 1);
+		err = xattr_allowed(fs, ip, name, 2);
 		if (!err && nochange_flags(ip))
 			err = -EPERM;
 		if (!err)
@@ -1946,7 +1976,7 @@ static int do_access(struct shoal_fs *fs, uint64_t ino, int mask)
 		goto out;
 	if (mask != F_OK) {
 		mode_t m = ip_di(ip)->di_mode;
-		err = perm_check(ip, mask & 7);
+		err = perm_check(fs, ip, mask & 7);
 		if (!err && (mask & W_OK) && fs->fs_ro &&
 		    (S_ISREG(m) || S_ISDIR(m) || S_ISLNK(m)))
 			err = -EROFS;

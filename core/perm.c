@@ -20,8 +20,9 @@
  *  (3) in a sticky directory only root, the directory's owner or the
  *      entry's owner may remove or rename an entry.
  *
- * POSIX ACL entries beyond the mode bits are stored but not consulted: an
- * access ACL's mask shapes the group bits (ops.c), which is what is checked.
+ *  (4) a caller other than the owner is checked against the inode's access
+ *      ACL when it has one (acl.c, as the kernel's check_acl, which is
+ *      asked only when the mode's group bits are not 0).
  */
 #include <errno.h>
 #include <stddef.h>
@@ -66,7 +67,7 @@ int perm_in_group(gid_t gid)
 	return c->c_in_group ? c->c_in_group(c->c_arg, gid) : 0;
 }
 
-int perm_check(struct shoal_inode *ip, int mask)
+int perm_check(struct shoal_fs *fs, struct shoal_inode *ip, int mask)
 {
 	struct shoal_dinode *di = ip_di(ip);
 	unsigned bits;
@@ -77,12 +78,19 @@ int perm_check(struct shoal_inode *ip, int mask)
 			return -EACCES;
 		return 0;
 	}
-	if (perm_current->c_uid == di->di_uid)
+	if (perm_current->c_uid == di->di_uid) {
 		bits = (di->di_mode >> 6) & 7;
-	else if (perm_in_group(di->di_gid))
-		bits = (di->di_mode >> 3) & 7;
-	else
-		bits = di->di_mode & 7;
+	} else {
+		if (di->di_xattr && (di->di_mode & 070) && !S_ISLNK(di->di_mode)) {
+			int err = acl_permission(fs, ip, mask);
+			if (err <= 0)
+				return err;
+		}
+		if (perm_in_group(di->di_gid))
+			bits = (di->di_mode >> 3) & 7;
+		else
+			bits = di->di_mode & 7;
+	}
 	return (bits & (unsigned)mask) == (unsigned)mask ? 0 : -EACCES;
 }
 

@@ -962,6 +962,16 @@ static void smount_inval_now(void *arg, uint64_t ino, int isdir, int held)
 		     isdir && __atomic_load_n(&epoch_works, __ATOMIC_ACQUIRE), held, NOW_WAIT_MS);
 }
 
+/*
+ * An operation changed attributes the kernel caches for SMOUNT_TIMEOUT,
+ * and its reply carries none (FS_IOC_SETFLAGS: ctime; an ACL: mode and
+ * ctime): the kernel drops them as at a demotion, before the reply.
+ */
+void smount_attr_changed(struct smount *sm, uint64_t ino)
+{
+	inval_submit(sm, &nq, IJ_NOW, ino, 0, 0, 0, NOW_WAIT_MS);
+}
+
 double smount_entry_ttl(void)
 {
 	if (!__atomic_load_n(&epoch_works, __ATOMIC_ACQUIRE) && !entry_timeout_set &&
@@ -1087,13 +1097,13 @@ int main(int argc, char **argv)
 		fprintf(stderr, PROG ": %s: no write-behind threads\n", sm.sm_device);
 	if (smount_entry_timeout < 0)
 		smount_entry_timeout = SMOUNT_TIMEOUT; /* a cluster: see smount_entry_ttl */
+	inval_start(&sm); /* smount_attr_changed, and a cluster's demotions */
 	if (strcmp(sm.sm_opts.mo_lock, "nolock")) {
 		smount_cluster = 1;
 		/* a cluster: the kernel's caches go when another node takes a
 		 * glock (names all at once, the epoch, or one by one) */
 		names_enable();
 		nid_enable(); /* a directory moved elsewhere: new node id (nodeids.c) */
-		inval_start(&sm);
 		sm.sm_opts.mo_inval = smount_inval;
 		sm.sm_opts.mo_inval_now = smount_inval_now;
 		sm.sm_opts.mo_inval_arg = &sm;
@@ -1180,6 +1190,7 @@ out_unmount:
 	notify_parent(1); /* if the parent still waits, start-up failed */
 	log_line(&sm, "unmounted %s%s", sm.sm_device, status ? " with errors" : "");
 	fuse_opt_free_args(&args);
+	free(ma.ma_kernel);
 	free(sm.sm_options);
 	free(sm.sm_device);
 	free(sm.sm_mountpoint);
@@ -1190,6 +1201,7 @@ out_dev:
 out_args:
 	notify_parent(1); /* the parent, if any, reports a failed start-up */
 	fuse_opt_free_args(&args);
+	free(ma.ma_kernel);
 	free(sm.sm_options);
 	free(sm.sm_device);
 	free(sm.sm_mountpoint);

@@ -27,7 +27,9 @@
  *      op_init), entries (positive
  *      and negative) for smount_entry_ttl(), and file pages across opens
  *      (keep_cache).  With one node that is correct because everything that
- *      changes the filesystem passes through this kernel mount; in a
+ *      changes the filesystem passes through this kernel mount (and a
+ *      change whose reply carries no attributes, chattr or an ACL, tells
+ *      the kernel to drop them: smount_attr_changed); in a
  *      cluster, because glock demotion invalidates attributes, pages and
  *      (with entry_timeout > 0) the names the kernel got (main.c), and
  *      because names are by default not cached at all (entry_timeout=0).
@@ -274,7 +276,20 @@ static void op_init(void *userdata, struct fuse_conn_info *conn)
 	 */
 	conn->want &= ~(FUSE_CAP_WRITEBACK_CACHE | FUSE_CAP_AUTO_INVAL_DATA |
 			FUSE_CAP_ATOMIC_O_TRUNC | FUSE_CAP_HANDLE_KILLPRIV |
-			FUSE_CAP_EXPORT_SUPPORT | FUSE_CAP_POSIX_ACL);
+			FUSE_CAP_EXPORT_SUPPORT);
+	/*
+	 * POSIX ACLs: the kernel checks them (it reads system.posix_acl_access
+	 * and caches it until the inode's attributes are dropped, which a
+	 * demotion does); libshoal keeps the mode and the ACL in step and
+	 * gives a new inode its directory's default ACL (core/acl.c), or
+	 * applies the umask when there is none: the kernel must not
+	 * (DONT_MASK; the request carries the umask).
+	 */
+	if (conn->capable & FUSE_CAP_POSIX_ACL)
+		conn->want |= FUSE_CAP_POSIX_ACL;
+	if ((conn->capable & (FUSE_CAP_POSIX_ACL | FUSE_CAP_DONT_MASK)) ==
+	    (FUSE_CAP_POSIX_ACL | FUSE_CAP_DONT_MASK))
+		conn->want |= FUSE_CAP_DONT_MASK;
 	/*
 	 * No readdirplus in a cluster: the kernel stamps the names a
 	 * readdirplus reply gives it with the epoch current when it reads the
@@ -814,8 +829,11 @@ static void op_fallocate(fuse_req_t req, fuse_ino_t ino, int mode, off_t off, of
 	caller_begin(req);
 	struct shoal_fs *fs = FS(req);
 
-	reply_err(req, -shoal_fallocate(fs, ino_in(fs, ino), mode, (uint64_t)off,
-					     (uint64_t)len));
+	int ret = shoal_fallocate(fs, ino_in(fs, ino), mode, (uint64_t)off, (uint64_t)len);
+
+	if (shoal_privs_dropped()) /* the set-ID bits: as op_write */
+		smount_attr_changed(fuse_req_userdata(req), ino_in(fs, ino));
+	reply_err(req, -ret);
 }
 
 static void op_lseek(fuse_req_t req, fuse_ino_t ino, off_t off, int whence,
@@ -1070,7 +1088,11 @@ static void op_setxattr(fuse_req_t req, fuse_ino_t ino, const char *name, const 
 	caller_begin(req);
 	struct shoal_fs *fs = FS(req);
 
-	reply_err(req, -shoal_setxattr(fs, ino_in(fs, ino), name, value, size, flags));
+	int ret = shoal_setxattr(fs, ino_in(fs, ino), name, value, size, flags);
+
+	if (!ret && !strncmp(name, "system.posix_acl_", 17))
+		smount_attr_changed(fuse_req_userdata(req), ino_in(fs, ino)); /* mode */
+	reply_err(req, -ret);
 }
 
 /* getxattr and listxattr: size 0 asks for the size, else for the bytes. */
@@ -1123,7 +1145,11 @@ static void op_removexattr(fuse_req_t req, fuse_ino_t ino, const char *name)
 	caller_begin(req);
 	struct shoal_fs *fs = FS(req);
 
-	reply_err(req, -shoal_removexattr(fs, ino_in(fs, ino), name));
+	int ret = shoal_removexattr(fs, ino_in(fs, ino), name);
+
+	if (!ret && !strncmp(name, "system.posix_acl_", 17))
+		smount_attr_changed(fuse_req_userdata(req), ino_in(fs, ino)); /* ctime */
+	reply_err(req, -ret);
 }
 
 /* Is the caller of req in group gid (primary or supplementary)? */
@@ -1281,10 +1307,13 @@ static void op_ioctl(fuse_req_t req, fuse_ino_t ino, unsigned int cmd, void *arg
 		ret = -ENOTTY;
 		break;
 	}
-	if (ret < 0)
+	if (ret < 0) {
 		reply_err(req, -ret);
-	else
-		fuse_reply_ioctl(req, 0, NULL, 0);
+		return;
+	}
+	if (cmd == FS_IOC_SETFLAGS || cmd == FS_IOC_FSSETXATTR)
+		smount_attr_changed(fuse_req_userdata(req), sino); /* ctime */
+	fuse_reply_ioctl(req, 0, NULL, 0);
 }
 
 const struct fuse_lowlevel_ops smount_ops = {

@@ -44,6 +44,10 @@ double smount_entry_attr_ttl(int trusted, int isdir);
  * A FORGET of node id ino is being served: the kernel no longer has the
  * references it gives back, so main.c stops waiting for it to know ino.
  */
+struct smount;
+/* The kernel drops ino's cached attributes (a reply without them changed
+ * them: chattr, setting an ACL); waits at most a second for it. */
+void smount_attr_changed(struct smount *sm, uint64_t ino);
 void smount_forget_begin(uint64_t ino);
 void smount_forget_end(uint64_t ino);
 /* Largest write (and read) request: the kernel then uses 256-page requests. */

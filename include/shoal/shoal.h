@@ -256,7 +256,10 @@ int shoal_rename(struct shoal_fs *fs, const struct shoal_ctx *ctx, uint64_t pare
 ssize_t shoal_readlink(struct shoal_fs *fs, uint64_t ino, char *buf, size_t size);
 
 /* Open/close (files and directories alike): an inode with no links is
- * freed after its last close and forget. */
+ * freed after its last close and forget.  flags are the kernel's file
+ * flags; SHOAL_O_EXEC (the kernel's __FMODE_EXEC, which FUSE passes on)
+ * marks execve's open, which needs execute permission, not read. */
+#define SHOAL_O_EXEC 0x20
 int shoal_open(struct shoal_fs *fs, uint64_t ino, int flags);
 int shoal_release(struct shoal_fs *fs, uint64_t ino, int flags);
 /* Create and open: takes a lookup reference and an open reference. */

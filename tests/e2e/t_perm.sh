@@ -61,6 +61,12 @@ check_eq "no search permission: stat inside gives EACCES" EACCES "$(ut 'os.stat(
 check_eq "root still reads a user's 0600 file" mine \
 	"$(chmod 600 "$m/pub/mine" && cat "$m/pub/mine")"
 check_eq "executing a 0644 file: EACCES" EACCES "$(ut 'os.execv(a[0], [a[0]])' "$m/ro")"
+cp /bin/echo "$m/xonly" && chmod 711 "$m/xonly"
+check_eq "executing another user's 0711 binary works (exec needs x only)" OK \
+	"$(ut 'os.execv(a[0], [a[0], "OK"])' "$m/xonly")"
+chmod 111 "$m/xonly"
+check_eq "... and a 0111 one" OK "$(ut 'os.execv(a[0], [a[0], "OK"])' "$m/xonly")"
+check_eq "... but reading it: EACCES" EACCES "$(ut 'open(a[0]).read()' "$m/xonly")"
 
 # --- sticky directory -------------------------------------------------------------------
 check_eq "sticky: cannot unlink another user's file: EPERM" EPERM "$(ut 'os.unlink(a[0])' "$m/pub/other")"
@@ -152,6 +158,30 @@ echo c >"$m/pub/capt" && cap_set "$m/pub/capt" && truncate -s 1 "$m/pub/capt"
 check_eq "a truncate by root drops security.capability" none "$(cap_has "$m/pub/capt")"
 echo c >"$m/pub/capr" && cap_set "$m/pub/capr" && cat "$m/pub/capr" >/dev/null && chmod 644 "$m/pub/capr"
 check_eq "a read and a chmod keep security.capability" cap "$(cap_has "$m/pub/capr")"
+
+echo c >"$m/pub/capu" && chmod 666 "$m/pub/capu" && cap_set "$m/pub/capu"
+check_eq "a non-root write to a world-writable file with a capability succeeds" OK \
+	"$(ut 'fd = os.open(a[0], os.O_WRONLY | os.O_APPEND); os.write(fd, b"x"); os.close(fd)' "$m/pub/capu")"
+check_eq "... and drops security.capability (as ext4)" none "$(cap_has "$m/pub/capu")"
+cap_set "$m/pub/capu"
+check_eq "a non-root fallocate of such a file succeeds" OK \
+	"$(ut 'fd = os.open(a[0], os.O_WRONLY); os.posix_fallocate(fd, 0, 65536); os.close(fd)' "$m/pub/capu")"
+check_eq "... and drops security.capability (as ext4)" none "$(cap_has "$m/pub/capu")"
+check_eq "removing security.capability by hand stays root's" EPERM \
+	"$(cap_set "$m/pub/capu"; ut 'os.removexattr(a[0], "security.capability")' "$m/pub/capu")"
+
+# --- set-ID bits dropped by fallocate and punch-hole (ext4: file_modified) -----------------
+echo f >"$m/pub/suid_fa" && chmod 4777 "$m/pub/suid_fa"
+check_eq "a non-owner's fallocate clears setuid" "OK 777" \
+	"$(ut 'fd = os.open(a[0], os.O_WRONLY); os.posix_fallocate(fd, 0, 65536); os.close(fd)' "$m/pub/suid_fa") $(stat -c %a "$m/pub/suid_fa")"
+chmod 6777 "$m/pub/suid_fa"
+check_eq "a non-owner's punch-hole clears setuid and setgid" "OK 777" \
+	"$(ut 'fd = os.open(a[0], os.O_WRONLY)
+if ctypes.CDLL(None, use_errno=True).fallocate(fd, 3, ctypes.c_long(0), ctypes.c_long(4096)):
+    raise OSError(ctypes.get_errno(), "fallocate")' "$m/pub/suid_fa") $(stat -c %a "$m/pub/suid_fa")"
+chmod 4777 "$m/pub/suid_fa"
+check_eq "a fallocate by root keeps setuid" 4777 \
+	"$("$T_PY" -c 'import os, sys; fd = os.open(sys.argv[1], os.O_WRONLY); os.posix_fallocate(fd, 0, 8192)' "$m/pub/suid_fa" && stat -c %a "$m/pub/suid_fa")"
 
 # --- access() -------------------------------------------------------------------------------
 check_eq "access() for the test user" "False False True True False True False True False" "$(as_user "$T_PY" -c '

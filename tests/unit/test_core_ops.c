@@ -1296,6 +1296,118 @@ static void test_xattr(void **state)
 	env_fini(&e);
 }
 
+/* An ACL in the kernel's xattr format: n entries of tag, perm, id. */
+static size_t acl_build(uint8_t *buf, const uint32_t (*ents)[3], size_t n)
+{
+	uint32_t v = 2;
+	memcpy(buf, &v, 4);
+	for (size_t i = 0; i < n; i++) {
+		uint16_t tag = (uint16_t)ents[i][0], perm = (uint16_t)ents[i][1];
+		memcpy(buf + 4 + 8 * i, &tag, 2);
+		memcpy(buf + 4 + 8 * i + 2, &perm, 2);
+		memcpy(buf + 4 + 8 * i + 4, &ents[i][2], 4);
+	}
+	return 4 + 8 * n;
+}
+
+/* The perm of the first entry with tag in a stored ACL, or -1. */
+static int acl_perm_of(struct env *e, uint64_t ino, const char *name, uint16_t tag)
+{
+	uint8_t buf[256];
+	ssize_t n = shoal_getxattr(e->e_fs, ino, name, buf, sizeof(buf));
+	for (ssize_t off = 4; off + 8 <= n; off += 8) {
+		uint16_t t, p;
+		memcpy(&t, buf + off, 2);
+		memcpy(&p, buf + off + 2, 2);
+		if (t == tag)
+			return p;
+	}
+	return -1;
+}
+
+/* POSIX ACLs (core/acl.c): enforcement with the mask, chmod, inheritance. */
+static void test_acl(void **state)
+{
+	struct env e;
+	struct stat st, a;
+	uint8_t acl[128];
+	const uint32_t ANY = 0xffffffffu;
+	const struct shoal_ctx named = { .c_uid = 3000, .c_gid = 3000, .c_pid = 4 };
+	const struct shoal_ctx member = { .c_uid = 3001, .c_gid = 5000, .c_pid = 5 };
+
+	env_init(&e, 64 * MiB, 2 * MiB);
+	uint64_t f = mkfile(&e, e.e_root, "f", 0600);
+	memset(&a, 0, sizeof(a));
+	a.st_uid = 0;
+	a.st_gid = 5000;
+	assert_int_equal(shoal_setattr(e.e_fs, &root_ctx, f, &a, SHOAL_SET_GID, &st), 0);
+	const uint32_t ents[][3] = { { 1, 6, ANY }, { 2, 4, 3000 }, { 4, 0, ANY },
+				     { 0x10, 4, ANY }, { 0x20, 0, ANY } };
+	size_t n = acl_build(acl, ents, 5);
+	assert_int_equal(shoal_setxattr(e.e_fs, f, "system.posix_acl_access", acl, n, 0), 0);
+	assert_int_equal(getattr_(&e, f).st_mode & 07777, 0640); /* group bits: the mask */
+	shoal_caller_set(&named);
+	assert_int_equal(shoal_access(e.e_fs, f, R_OK), 0);
+	assert_int_equal(shoal_access(e.e_fs, f, W_OK), -EACCES); /* mask r */
+	shoal_caller_set(&member);
+	assert_int_equal(shoal_access(e.e_fs, f, R_OK), -EACCES); /* group::--- */
+	shoal_caller_set(NULL);
+
+	/* chmod sets user::, mask:: and other::, not group:: */
+	a.st_mode = 0470;
+	assert_int_equal(shoal_setattr(e.e_fs, &root_ctx, f, &a, SHOAL_SET_MODE, &st), 0);
+	assert_int_equal(acl_perm_of(&e, f, "system.posix_acl_access", 0x01), 4);
+	assert_int_equal(acl_perm_of(&e, f, "system.posix_acl_access", 0x10), 7);
+	assert_int_equal(acl_perm_of(&e, f, "system.posix_acl_access", 0x04), 0);
+	assert_int_equal(acl_perm_of(&e, f, "system.posix_acl_access", 0x20), 0);
+	shoal_caller_set(&named);
+	assert_int_equal(shoal_access(e.e_fs, f, R_OK | W_OK), -EACCES); /* its own entry: r */
+	shoal_caller_set(NULL);
+	a.st_mode = 0600;
+	assert_int_equal(shoal_setattr(e.e_fs, &root_ctx, f, &a, SHOAL_SET_MODE, &st), 0);
+	assert_int_equal(acl_perm_of(&e, f, "system.posix_acl_access", 0x10), 0);
+	shoal_caller_set(&named);
+	assert_int_equal(shoal_access(e.e_fs, f, R_OK), -EACCES); /* mask --- */
+	shoal_caller_set(NULL);
+
+	/* a default ACL: inherited, cut to the mode asked for; umask ignored */
+	struct stat d;
+	struct shoal_ctx umask022 = root_ctx;
+	umask022.c_umask = 022;
+	assert_int_equal(shoal_mkdir(e.e_fs, &root_ctx, e.e_root, "d", 0755, &d), 0);
+	const uint32_t def[][3] = { { 1, 7, ANY }, { 2, 5, 3000 }, { 4, 5, ANY },
+				    { 0x10, 7, ANY }, { 0x20, 0, ANY } };
+	n = acl_build(acl, def, 5);
+	assert_int_equal(shoal_setxattr(e.e_fs, d.st_ino, "system.posix_acl_default", acl, n, 0), 0);
+	assert_int_equal(shoal_create(e.e_fs, &umask022, d.st_ino, "g", 0666, O_RDWR, &st), 0);
+	assert_int_equal(st.st_mode & 07777, 0660);
+	assert_int_equal(acl_perm_of(&e, st.st_ino, "system.posix_acl_access", 0x10), 6);
+	assert_int_equal(acl_perm_of(&e, st.st_ino, "system.posix_acl_access", 0x02), 5);
+	assert_int_equal(shoal_getxattr(e.e_fs, st.st_ino, "system.posix_acl_default", NULL, 0),
+			 -ENODATA);
+	struct stat sub;
+	assert_int_equal(shoal_mkdir(e.e_fs, &umask022, d.st_ino, "sub", 0777, &sub), 0);
+	assert_int_equal(sub.st_mode & 07777, 0770);
+	assert_int_equal(shoal_getxattr(e.e_fs, sub.st_ino, "system.posix_acl_default", NULL, 0),
+			 (ssize_t)n);
+	/* no default ACL: the umask applies */
+	struct stat h;
+	assert_int_equal(shoal_create(e.e_fs, &umask022, e.e_root, "h", 0666, O_RDWR, &h), 0);
+	assert_int_equal(h.st_mode & 07777, 0644);
+	/* a malformed default ACL: EINVAL (no user:: entry) */
+	uint8_t bad[128];
+	size_t nbad = acl_build(bad, def + 1, 4);
+	assert_int_equal(shoal_setxattr(e.e_fs, d.st_ino, "system.posix_acl_default", bad, nbad, 0),
+			 -EINVAL);
+	/* a default ACL on a file: EACCES */
+	assert_int_equal(shoal_setxattr(e.e_fs, f, "system.posix_acl_default", acl, n, 0), -EACCES);
+	shoal_forget(e.e_fs, d.st_ino, 1);
+	shoal_forget(e.e_fs, st.st_ino, 1);
+	shoal_forget(e.e_fs, sub.st_ino, 1);
+	shoal_forget(e.e_fs, h.st_ino, 1);
+	env_fini(&e);
+}
+
 static void test_flags(void **state)
 {
 	struct env e;
@@ -1750,6 +1862,7 @@ int main(void)
 		cmocka_unit_test(test_readdir_offsets),
 		cmocka_unit_test(test_big_directory),
 		cmocka_unit_test(test_xattr),
+		cmocka_unit_test(test_acl),
 		cmocka_unit_test(test_flags),
 		cmocka_unit_test(test_unlink_open),
 		cmocka_unit_test(test_statfs),
