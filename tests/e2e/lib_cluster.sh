@@ -108,7 +108,7 @@ c_mount() {
 		sed 's/^/#   /' "$t_dir/$node.log"
 		return 1
 	fi
-	c_nodes+=("$node")
+	[[ " ${c_nodes[*]} " == *" $node "* ]] || c_nodes+=("$node")
 	c_mounted[$node]=1
 	c_conn[$node]=$(mountpoint -d "$(c_mnt "$node")" | cut -d: -f2)
 }
