@@ -36,10 +36,14 @@ static void usage(FILE *f)
 		"usage: shoal-lockd --listen unix:PATH|HOST:PORT [--listen ...] [-f|--foreground]\n"
 		"                   [--pid-file FILE] [--syslog] [--secret-file FILE]\n"
 		"                   [--lease SECONDS] [--table CLUSTER:FSNAME] [--insecure] [-v]\n"
+		"                   [--fence-cmd CMD [--fence-timeout SECONDS]]\n"
 		"The shoal lock manager (docs/PROTOCOL.md). Without -f it runs in the background\n"
 		"once its sockets are bound. --lease may be fractional (default 8).\n"
 		"A TCP address other than loopback needs --secret-file, or --insecure to let\n"
-		"anyone who can reach it join.\n");
+		"anyone who can reach it join.\n"
+		"--fence-cmd: run `sh -c CMD shoal-fence NODE JID` before a dead node's journal\n"
+		"may be recovered; recovery waits until it exits 0 (tried 5 times; each try\n"
+		"killed after --fence-timeout, default 60).\n");
 }
 
 static int write_pid_file(const char *path, pid_t pid)
@@ -68,6 +72,8 @@ int main(int argc, char **argv)
 		{ "secret-file", required_argument, NULL, 'k' },
 		{ "lease", required_argument, NULL, 'L' },
 		{ "table", required_argument, NULL, 't' },
+		{ "fence-cmd", required_argument, NULL, 'F' },
+		{ "fence-timeout", required_argument, NULL, 'T' },
 		{ "verbose", no_argument, NULL, 'v' },
 		{ "insecure", no_argument, NULL, 'I' },
 		{ "help", no_argument, NULL, 'h' },
@@ -114,6 +120,24 @@ int main(int argc, char **argv)
 		case 't':
 			cfg.table = optarg;
 			break;
+		case 'F':
+			if (!*optarg) {
+				fprintf(stderr, "shoal-lockd: --fence-cmd: empty command\n");
+				return 2;
+			}
+			cfg.fence_cmd = optarg;
+			break;
+		case 'T': {
+			char *end;
+			double s = strtod(optarg, &end);
+			if (*end || !(s >= 0.01 && s <= 3600)) {
+				fprintf(stderr, "shoal-lockd: --fence-timeout %s: want seconds in "
+						"[0.01, 3600]\n", optarg);
+				return 2;
+			}
+			cfg.fence_timeout_ms = (uint32_t)(s * 1000 + 0.5);
+			break;
+		}
 		case 'v':
 			cfg.verbose = 1;
 			break;
@@ -127,6 +151,10 @@ int main(int argc, char **argv)
 			usage(stderr);
 			return 2;
 		}
+	}
+	if (cfg.fence_timeout_ms && !cfg.fence_cmd) {
+		fprintf(stderr, "shoal-lockd: --fence-timeout without --fence-cmd\n");
+		return 2;
 	}
 	if (optind != argc || cfg.nlisten == 0) {
 		usage(stderr);

@@ -19,6 +19,9 @@
  *                    other granted locks kept as zombies, LVBs
  *                    written under PW/EX invalidated, RECOVER
  *                    broadcast)
+ *   DEAD, with --fence-cmd: fencing (journal lock kept, no RECOVER) until
+ *                    the command exits 0 (then as without), or gives up
+ *                    after fence_tries (stays so)                  fence_check
  *   DEAD --RECOVERY_DONE(jid) from any live node--> (freed)      do_recovery_done
  *   DEAD --JOIN under its name--> stays DEAD beside the new LIVE node of
  *                    the same name and jid, until RECOVERY_DONE(jid)
@@ -56,11 +59,19 @@
  *  (7) input is never trusted: a bad frame closes that connection with one
  *      log line and changes no other state;
  *  (8) one thread runs the loop; nothing here is shared with another thread
- *      except ld_wakefd (lockd_wake_stop).
+ *      except ld_wakefd (lockd_wake_stop);
+ *  (9) with a fence command, a dead node's journal lock stays held (a
+ *      zombie) and no RECOVER for it is sent, nor its name given back,
+ *      until the command exited 0 for it: nobody can replay its journal
+ *      before then.  A non-zero exit or a timeout is logged and retried,
+ *      after lease, 2 lease, 4 lease... (at most 60 s), fence_tries times
+ *      in all; then recovery of that journal waits for the operator
+ *      (docs/PROTOCOL.md "Fencing").
  */
 #include <arpa/inet.h>
 #include <assert.h>
 #include <errno.h>
+#include <sys/wait.h>
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -79,6 +90,7 @@
 #include <syslog.h>
 #include <unistd.h>
 
+#include "lk_fence.h"
 #include "lk_proto.h"
 #include "lk_server.h"
 #include "lk_crypto.h"
@@ -128,6 +140,8 @@ static inline void list_del(struct ld_list *n)
 	for (pos = (head)->next, tmp = pos->next; pos != (head); pos = tmp, tmp = pos->next)
 
 enum { ND_LIVE, ND_DEAD };
+/* nd_fence of a DEAD node, with --fence-cmd (9) */
+enum { FN_DONE, FN_RUN, FN_WAIT, FN_FAILED };
 enum { CN_HELLO, CN_JOINED, CN_CLOSED };
 
 struct ld_res {
@@ -159,6 +173,10 @@ struct ld_node {
 	int nd_state;
 	uint64_t nd_last_hb;	 /* ns, receipt of the last heartbeat (or JOIN) */
 	struct ld_conn *nd_conn; /* NULL once the socket is gone */
+	int nd_fence;		 /* FN_*: FN_DONE unless DEAD with a fence command */
+	pid_t nd_fence_pid;	 /* FN_RUN: the command */
+	uint32_t nd_fence_tries; /* started so far */
+	uint64_t nd_fence_at;	 /* FN_RUN: its deadline; FN_WAIT: the next try */
 	struct ld_list nd_locks;
 	struct ld_list nd_link;	 /* ld_nodes */
 };
@@ -199,6 +217,7 @@ struct ld_listener {
 
 struct lockd {
 	struct lockd_config ld_cfg;
+	char *ld_fence_cmd;	 /* ld_cfg.fence_cmd: lockd's copy */
 	uint8_t *ld_secret;
 	size_t ld_secretlen;
 	char ld_table[LK_TABLE_MAX + 1];
@@ -805,6 +824,8 @@ static void hist_remember(struct lockd *d, const char *name, uint32_t jid)
 /* Release every lock of nd (LEAVE, RECOVERY_DONE), then free nd. */
 static void node_free(struct lockd *d, struct ld_node *nd)
 {
+	if (nd->nd_fence == FN_RUN)
+		fence_kill(nd->nd_fence_pid);
 	while (!list_empty(&nd->nd_locks)) {
 		struct ld_lock *lk = container_of(nd->nd_locks.next, struct ld_lock, lk_nlink);
 		struct ld_res *rs = lk->lk_res;
@@ -831,7 +852,7 @@ static void broadcast_recover(struct lockd *d)
 			continue;
 		list_for_each_safe(q, u, &d->ld_nodes) {
 			struct ld_node *dead = container_of(q, struct ld_node, nd_link);
-			if (dead->nd_state == ND_DEAD)
+			if (dead->nd_state == ND_DEAD && dead->nd_fence == FN_DONE)
 				send_recover(d, live->nd_conn, dead);
 		}
 	}
@@ -863,6 +884,10 @@ static void node_die(struct lockd *d, struct ld_node *nd, uint64_t silent_ns)
 	nd->nd_state = ND_DEAD;
 	ld_log(d, LOG_WARNING, "node %s (jid %u) is dead: no heartbeat for %llu ms; journal %u needs recovery",
 	       nd->nd_name, nd->nd_jid, (unsigned long long)(silent_ns / NS_PER_MS), nd->nd_jid);
+	if (d->ld_cfg.fence_cmd) {
+		nd->nd_fence = FN_WAIT; /* its first try, at once (9) */
+		nd->nd_fence_at = d->ld_now;
+	}
 	if (nd->nd_conn)
 		conn_close(d, nd->nd_conn, NULL);
 	list_for_each_safe(p, t, &nd->nd_locks) {
@@ -871,7 +896,7 @@ static void node_die(struct lockd *d, struct ld_node *nd, uint64_t silent_ns)
 
 		if (lock_cancel(d, lk, 0))
 			goto regrant;
-		if (rs->rs_type == GL_JOURNAL_TYPE ||
+		if ((rs->rs_type == GL_JOURNAL_TYPE && nd->nd_fence == FN_DONE) ||
 		    (rs->rs_type == GL_NONDISK_TYPE && rs->rs_number == GL_MOUNT_NUMBER)) {
 			lock_free(lk);
 			goto regrant;
@@ -1043,6 +1068,14 @@ static void do_join(struct lockd *d, struct ld_conn *cn, const uint8_t *p, size_
 	 * mount replays it before taking any other lock and sends
 	 * RECOVERY_DONE itself (6) */
 	back = node_by_name(d, name, 1);
+	list_for_each_safe(q, t, &d->ld_nodes) { /* (9) */
+		struct ld_node *f = container_of(q, struct ld_node, nd_link);
+		if (f->nd_state == ND_DEAD && f->nd_fence != FN_DONE && !strcmp(f->nd_name, name)) {
+			refuse(d, cn, EAGAIN, 1, "node name %s is being fenced (--fence-cmd)%s; retry later",
+			       name, f->nd_fence == FN_FAILED ? ", which failed" : "");
+			return;
+		}
+	}
 	if (back && !(jflags & LKP_JF_SELF_RECOVER)) {
 		/* a client that would not replay its own journal */
 		refuse(d, cn, EAGAIN, 1, "node name %s is pending recovery; retry later", name);
@@ -1104,7 +1137,7 @@ static void do_join(struct lockd *d, struct ld_conn *cn, const uint8_t *p, size_
 	lkp_put32(o + 4, (uint32_t)(d->ld_lease_ns / NS_PER_MS));
 	list_for_each_safe(q, t, &d->ld_nodes) {
 		struct ld_node *dead = container_of(q, struct ld_node, nd_link);
-		if (dead->nd_state == ND_DEAD)
+		if (dead->nd_state == ND_DEAD && dead->nd_fence == FN_DONE)
 			send_recover(d, cn, dead);
 	}
 	if (nd->nd_last_hb + d->ld_lease_ns < d->ld_next_check)
@@ -1390,7 +1423,103 @@ static void conn_accept(struct lockd *d, struct ld_listener *li)
 	}
 }
 
-/* Handshake deadlines, leases and paused listeners; sets ld_next_check. */
+/* (9): the fence command succeeded: its journal lock goes, RECOVER goes out. */
+static void fence_done(struct lockd *d, struct ld_node *nd)
+{
+	struct ld_list *p, *t;
+
+	nd->nd_fence = FN_DONE;
+	list_for_each_safe(p, t, &nd->nd_locks) {
+		struct ld_lock *lk = container_of(p, struct ld_lock, lk_nlink);
+		struct ld_res *rs = lk->lk_res;
+
+		if (rs->rs_type != GL_JOURNAL_TYPE)
+			continue;
+		lock_free(lk);
+		res_grant_pending(d, rs);
+		res_put(d, rs);
+	}
+	broadcast_recover(d);
+}
+
+/* (9): start, poll, time out or retry nd's fence command; *next is
+ * lowered to when it needs looking at again. */
+static void fence_check(struct lockd *d, struct ld_node *nd, uint64_t *next)
+{
+	uint32_t tries = d->ld_cfg.fence_tries ? d->ld_cfg.fence_tries : 5;
+	uint64_t tmo = (d->ld_cfg.fence_timeout_ms ? d->ld_cfg.fence_timeout_ms : 60000) * NS_PER_MS;
+	uint64_t now = d->ld_now, delay;
+	char why[64];
+	int st, rc;
+
+	if (nd->nd_fence == FN_WAIT && now >= nd->nd_fence_at) {
+		nd->nd_fence_tries++;
+		rc = fence_spawn(d->ld_cfg.fence_cmd, nd->nd_name, nd->nd_jid, &nd->nd_fence_pid);
+		if (rc == 0) {
+			nd->nd_fence = FN_RUN;
+			nd->nd_fence_at = now + tmo;
+			ld_log(d, LOG_NOTICE, "node %s (jid %u): fence command started (try %u of %u, pid %d)",
+			       nd->nd_name, nd->nd_jid, nd->nd_fence_tries, tries, (int)nd->nd_fence_pid);
+		} else {
+			snprintf(why, sizeof(why), "cannot start: %s", strerror(-rc));
+			goto failed;
+		}
+	}
+	if (nd->nd_fence == FN_RUN) {
+		rc = fence_poll(nd->nd_fence_pid, &st);
+		if (rc == 0 && now < nd->nd_fence_at) {
+			if (now + 20 * NS_PER_MS < *next)
+				*next = now + 20 * NS_PER_MS;
+			return;
+		}
+		if (rc == 0) {
+			fence_kill(nd->nd_fence_pid);
+			snprintf(why, sizeof(why), "timed out after %llu ms",
+				 (unsigned long long)(tmo / NS_PER_MS));
+			goto failed;
+		}
+		if (rc < 0) {
+			snprintf(why, sizeof(why), "cannot wait for it: %s", strerror(-rc));
+			goto failed;
+		}
+		if (WIFEXITED(st) && WEXITSTATUS(st) == 0) {
+			ld_log(d, LOG_NOTICE, "node %s (jid %u) fenced: journal %u may be recovered",
+			       nd->nd_name, nd->nd_jid, nd->nd_jid);
+			fence_done(d, nd);
+			return;
+		}
+		if (WIFEXITED(st))
+			snprintf(why, sizeof(why), "exit status %d", WEXITSTATUS(st));
+		else
+			snprintf(why, sizeof(why), "killed by signal %d", WTERMSIG(st));
+		goto failed;
+	}
+	if (nd->nd_fence == FN_WAIT && nd->nd_fence_at < *next)
+		*next = nd->nd_fence_at;
+	return;
+failed:
+	if (nd->nd_fence_tries >= tries) {
+		nd->nd_fence = FN_FAILED;
+		ld_log(d, LOG_ERR, "node %s (jid %u): fence command failed (%s), %u tries: journal %u "
+				   "is not recovered and the locks it held stay held; fence the node by "
+				   "hand, then restart shoal-lockd",
+		       nd->nd_name, nd->nd_jid, why, tries, nd->nd_jid);
+		return;
+	}
+	delay = d->ld_lease_ns << (nd->nd_fence_tries - 1 < 16 ? nd->nd_fence_tries - 1 : 16);
+	if (delay > 60000 * NS_PER_MS)
+		delay = 60000 * NS_PER_MS;
+	nd->nd_fence = FN_WAIT;
+	nd->nd_fence_at = now + delay;
+	ld_log(d, LOG_WARNING, "node %s (jid %u): fence command failed (%s); recovery waits, "
+			       "next try in %llu ms", nd->nd_name, nd->nd_jid, why,
+	       (unsigned long long)(delay / NS_PER_MS));
+	if (nd->nd_fence_at < *next)
+		*next = nd->nd_fence_at;
+}
+
+/* Handshake deadlines, leases, paused listeners and fence commands; sets
+ * ld_next_check. */
 static void check_timers(struct lockd *d)
 {
 	uint64_t now = d->ld_now, next = now + 60000 * NS_PER_MS;
@@ -1414,12 +1543,12 @@ static void check_timers(struct lockd *d)
 	list_for_each_safe(p, t, &d->ld_nodes) {
 		struct ld_node *nd = container_of(p, struct ld_node, nd_link);
 		uint64_t exp = nd->nd_last_hb + d->ld_lease_ns;
-		if (nd->nd_state != ND_LIVE)
-			continue;
-		if (now > exp)
+		if (nd->nd_state == ND_LIVE && now > exp)
 			node_die(d, nd, now - nd->nd_last_hb);
-		else if (exp + 1 < next)
+		else if (nd->nd_state == ND_LIVE && exp + 1 < next)
 			next = exp + 1;
+		if (nd->nd_state == ND_DEAD && nd->nd_fence != FN_DONE)
+			fence_check(d, nd, &next);
 	}
 	d->ld_next_check = next;
 }
@@ -1638,6 +1767,14 @@ int lockd_create(const struct lockd_config *cfg, struct lockd **out, char *err, 
 	}
 	d->ld_cfg = *cfg;
 	d->ld_epfd = d->ld_wakefd = -1;
+	if (cfg->fence_cmd) { /* its own copy: the loop uses it long after */
+		d->ld_cfg.fence_cmd = d->ld_fence_cmd = strdup(cfg->fence_cmd);
+		if (!d->ld_fence_cmd) {
+			free(d);
+			snprintf(err, errlen, "%s", strerror(ENOMEM));
+			return -ENOMEM;
+		}
+	}
 	list_init(&d->ld_conns);
 	list_init(&d->ld_closed);
 	list_init(&d->ld_dirty);
@@ -1710,6 +1847,7 @@ void lockd_destroy(struct lockd *d)
 		list_del(&h->hs_link);
 		free(h);
 	}
+	free(d->ld_fence_cmd);
 	for (int i = 0; i < d->ld_nlis; i++) {
 		if (d->ld_lis[i].li_unix)
 			unlink(d->ld_lis[i].li_path);

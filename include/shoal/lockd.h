@@ -152,6 +152,11 @@ struct lockd_config {
 	void *log_arg;
 	uint32_t handshake_ms;	 /* 0: 5000 */
 	int insecure;		 /* TCP beyond loopback without a secret: allowed (else refused) */
+	/* optional: run before a dead node's recovery is granted
+	 * (docs/PROTOCOL.md "Fencing"); NULL: none */
+	const char *fence_cmd;
+	uint32_t fence_timeout_ms; /* 0: 60000 */
+	uint32_t fence_tries;	   /* 0: 5 */
 };
 
 struct lockd;

@@ -10,7 +10,8 @@
 #   c_start_lockd [LEASE]  start a private shoal-lockd -f on $c_sock (lease in
 #                          seconds, default C_LEASE=5: short, yet a node
 #                          starved of CPU for 2 s on a loaded machine does
-#                          not fence itself); log in $t_dir/lockd.log
+#                          not fence itself); log in $t_dir/lockd.log;
+#                          the array C_LOCKD_OPTS is added to its options
 #   c_mkfs SIZE [JOURNALS] format $c_img for the cluster (-t shoaltest:NAME)
 #   c_mount NODE [OPTS]    mount $c_img on $t_dir/NODE as node NODE
 #                          (shoal-mount -f in the background, stderr to
@@ -52,6 +53,7 @@ c_img=$t_dir/img
 c_sock=$t_dir/lk.sock
 c_nodes=()
 c_lockd_pid=
+[ -n "${C_LOCKD_OPTS+x}" ] || C_LOCKD_OPTS=()
 declare -A c_mounted # node -> 1 while mounted
 declare -A c_conn    # node -> FUSE connection number (device minor)
 
@@ -88,7 +90,7 @@ c_mkfs() {
 
 c_start_lockd() {
 	local lease=${1:-$C_LEASE} i
-	"$T_LOCKD" -f --listen "unix:$c_sock" --lease "$lease" 2>"$t_dir/lockd.log" &
+	"$T_LOCKD" -f --listen "unix:$c_sock" --lease "$lease" "${C_LOCKD_OPTS[@]}" 2>"$t_dir/lockd.log" &
 	c_lockd_pid=$!
 	for ((i = 0; i < 100; i++)); do
 		[ -S "$c_sock" ] && return 0
@@ -108,7 +110,7 @@ c_mount() {
 		sed 's/^/#   /' "$t_dir/$node.log"
 		return 1
 	fi
-	c_nodes+=("$node")
+	[[ " ${c_nodes[*]} " == *" $node "* ]] || c_nodes+=("$node")
 	c_mounted[$node]=1
 	c_conn[$node]=$(mountpoint -d "$(c_mnt "$node")" | cut -d: -f2)
 }

@@ -20,6 +20,10 @@
  *    a rejoin under the dead name waits and gets its jid back;
  *  - fencing: a client whose lockd stops answering fences itself within
  *    lease/2 of its last answered heartbeat; a stopped lockd fences at once;
+ *  - the fence command (--fence-cmd): run with the dead node's name and
+ *    jid before its recovery is granted; a failure or a timeout keeps the
+ *    journal lock held, RECOVER unsent and the name refused, and is
+ *    retried; after the last try recovery waits for the operator;
  *  - hostile input (huge or short lengths, unknown types, garbage, a
  *    slowloris handshake) costs only the offending connection;
  *  - TCP on 127.0.0.1.
@@ -1280,6 +1284,106 @@ static void *joiner_run(void *arg)
 	return NULL;
 }
 
+/* Lines of the file tdir/name (0 if none). */
+static int file_lines(const char *name)
+{
+	char path[160], line[256];
+	FILE *f;
+	int n = 0;
+
+	snprintf(path, sizeof(path), "%s/%s", tdir, name);
+	f = fopen(path, "r");
+	if (!f)
+		return 0;
+	while (fgets(line, sizeof(line), f))
+		n++;
+	fclose(f);
+	return n;
+}
+
+/*
+ * The fence command: its first run fails (exit 3), its second hangs past
+ * the timeout, its third succeeds; only then may the journal of the dead
+ * node v be recovered.  Until then a live node hears no RECOVER, cannot
+ * take v's journal lock, and v's name is refused.  The command sees the
+ * node's name and jid as $1 $2 and in its environment.
+ */
+static void test_fence_cmd(void **state)
+{
+	char cmd[512], line[256], path[160];
+	struct lockd_config cfg = { .lease_ms = 300, .fence_timeout_ms = 300, .fence_tries = 3 };
+	struct lockd *d;
+	struct tnode a;
+	uint32_t vjid, v2jid;
+	int vfd;
+	FILE *f;
+
+	(void)state;
+	snprintf(cmd, sizeof(cmd),
+		 "echo \"$1 $2 $SHOAL_FENCE_NODE $SHOAL_FENCE_JID\" >>%s/fenced; "
+		 "n=$(wc -l <%s/fenced); [ $n -ge 3 ] && exit 0; [ $n -eq 2 ] && exec sleep 30; "
+		 "exit 3", tdir, tdir);
+	cfg.fence_cmd = cmd;
+	d = server_start_cfg(&cfg);
+	tnode_join(&a, "a");
+	vfd = raw_join("v", &vjid);
+	raw_lock(vfd, 1, 9, vjid, LK_EX); /* its journal */
+	raw_lock(vfd, 2, 2, 100, LK_EX);  /* an inode */
+	/* v goes silent: dead after 300 ms, then fenced in three tries
+	 * (300 ms after the failure, 600 ms after the timeout) */
+	assert_true(log_wait("node v (jid 1) is dead", 3000));
+	assert_true(log_wait("fence command failed (exit status 3); recovery waits", 3000));
+	assert_int_equal(wait_recover(&a, 1, 0), 0);
+	assert_int_equal(lkc_lock(a.c, 9, vjid, LK_EX, LKF_TRY, NULL, NULL), -EAGAIN);
+	assert_int_equal(raw_join_f("v", LKP_JF_SELF_RECOVER, &v2jid), -1);
+	assert_true(log_wait("node name v is being fenced (--fence-cmd); retry later", 100));
+	assert_true(log_wait("fence command failed (timed out after 300 ms)", 5000));
+	assert_int_equal(wait_recover(&a, 1, 0), 0);
+	assert_int_equal(lkc_lock(a.c, 9, vjid, LK_EX, LKF_TRY, NULL, NULL), -EAGAIN);
+	assert_true(log_wait("node v (jid 1) fenced: journal 1 may be recovered", 5000));
+	assert_true(wait_recover(&a, 1, 2000));
+	assert_int_equal(a.rec[0].jid, vjid);
+	assert_int_equal(file_lines("fenced"), 3);
+	snprintf(path, sizeof(path), "%s/fenced", tdir);
+	f = fopen(path, "r");
+	assert_non_null(f);
+	assert_non_null(fgets(line, sizeof(line), f));
+	fclose(f);
+	assert_string_equal(line, "v 1 v 1\n");
+	/* and recovery goes as without a fence command */
+	assert_int_equal(recovered(&a, vjid), 0);
+	assert_true(log_wait("journal 1 of node v recovered by node a", 1000));
+	assert_int_equal(lkc_lock(a.c, 2, 100, LK_EX, LKF_TRY, NULL, NULL), LK_EX);
+	close(vfd);
+	unlink(path);
+	tnode_close(&a);
+	lockd_stop(d);
+}
+
+/* A fence command that always fails: after fence_tries, lockd gives up,
+ * says so, and the journal stays unrecovered. */
+static void test_fence_cmd_gives_up(void **state)
+{
+	struct lockd_config cfg = { .lease_ms = 300, .fence_tries = 2, .fence_cmd = "exit 1" };
+	struct lockd *d;
+	struct tnode a;
+	uint32_t vjid;
+	int vfd;
+
+	(void)state;
+	d = server_start_cfg(&cfg);
+	tnode_join(&a, "a");
+	vfd = raw_join("v", &vjid);
+	raw_lock(vfd, 1, 9, vjid, LK_EX);
+	assert_true(log_wait("fence command failed (exit status 1), 2 tries: journal 1 is not "
+			     "recovered", 5000));
+	assert_int_equal(lkc_lock(a.c, 9, vjid, LK_EX, LKF_TRY, NULL, NULL), -EAGAIN);
+	assert_int_equal(wait_recover(&a, 1, 300), 0);
+	close(vfd);
+	tnode_close(&a);
+	lockd_stop(d);
+}
+
 static void test_death_recovery(void **state)
 {
 	struct lockd *d = server_start(300);
@@ -1885,6 +1989,8 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_rejoin_jid, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_death_recovery, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_death_twice, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_fence_cmd, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_fence_cmd_gives_up, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_comeback_leaves, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_death_lvb_ex, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_fencing, setup, teardown),
