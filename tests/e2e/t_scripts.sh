@@ -63,14 +63,31 @@ sc_script() {
 	fi
 }
 
-# sc_kill_node N: kill -9 node N's daemon; its mount is left dead.
+# sc_guard_pid PID: the guardian of daemon PID (fuse/guard.c): the
+# shoal-guard process that holds the other end of one of PID's pipes.
+sc_guard_pid() {
+	local f g pipes
+	pipes=$(for f in /proc/"$1"/fd/*; do readlink "$f"; done 2>/dev/null | grep '^pipe:' | sort -u)
+	[ -n "$pipes" ] || return 1
+	for g in $(pgrep -x shoal-guard); do
+		for f in /proc/"$g"/fd/*; do readlink "$f"; done 2>/dev/null | grep -qxF "$pipes" &&
+			{ echo "$g"; return 0; }
+	done
+	return 1
+}
+
+# sc_kill_node N: kill -9 node N's daemon and its guardian (as the OOM
+# killer or a careless pkill may): its mount is left dead.
 sc_kill_node() {
-	local mp=$run/mnt/$1 pid
+	local mp=$run/mnt/$1 pid gpid
 	pid=$(t_daemon_pid "$mp" || true)
 	if [ -z "$pid" ]; then
 		not_ok "node $1's daemon pid (shoal status $mp)"
 		return
 	fi
+	gpid=$(sc_guard_pid "$pid" || true)
+	check "node $1's guardian found" [ -n "$gpid" ]
+	[ -z "$gpid" ] || kill -9 "$gpid"
 	kill -9 "$pid"
 	for _ in $(seq 100); do sc_dead "$mp" && break; sleep 0.05; done
 	check "node $1's mount is dead (Transport endpoint is not connected)" sc_dead "$mp"
