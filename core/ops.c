@@ -1386,9 +1386,16 @@ static ssize_t do_read_direct(struct shoal_fs *fs, uint64_t ino, size_t size, ui
 	return n;
 }
 
-/* Everything a write checks and reserves before its data moves. */
+/*
+ * Everything a write checks and reserves before its data moves.  An
+ * O_APPEND write (not the kernel's writeback of a mapping, which has its
+ * pages' own positions) goes to the end of file found here, under the
+ * inode's EX glock: the position the kernel sent comes from the size it
+ * last saw, which in a cluster may be older than another node's writes
+ * (docs/LOCKING.md "Sizes").  *offp is where the bytes go.
+ */
 static ssize_t write_begin(struct shoal_fs *fs, const struct shoal_ctx *ctx, uint64_t ino,
-			   size_t size, uint64_t off, struct shoal_inode **ipp)
+			   size_t size, uint64_t *offp, int flags, struct shoal_inode **ipp)
 {
 	struct shoal_inode *ip;
 	struct shoal_dinode *di;
@@ -1401,11 +1408,13 @@ static ssize_t write_begin(struct shoal_fs *fs, const struct shoal_ctx *ctx, uin
 	if (n)
 		return n;
 	di = ip_di(ip);
+	if ((flags & O_APPEND) && !(ctx && (ctx->c_flags & SHOAL_CTX_CACHE)))
+		*offp = di->di_size;
 	if (!S_ISREG(di->di_mode))
 		n = S_ISDIR(di->di_mode) ? -EISDIR : -EINVAL;
 	else if (di->di_flags & SHOAL_DIF_IMMUTABLE)
 		n = -EPERM;
-	else if ((di->di_flags & SHOAL_DIF_APPEND) && off != di->di_size)
+	else if ((di->di_flags & SHOAL_DIF_APPEND) && *offp != di->di_size)
 		n = -EPERM;
 	if (!n) {
 		uint32_t res = (uint32_t)(nblk / SHOAL_IND_PTRS(fs->fs_bsize) +
@@ -1426,23 +1435,26 @@ static ssize_t write_begin(struct shoal_fs *fs, const struct shoal_ctx *ctx, uin
 }
 
 static ssize_t do_write(struct shoal_fs *fs, const struct shoal_ctx *ctx, uint64_t ino,
-		    const void *buf, size_t size, uint64_t off, int flags)
+		    const void *buf, size_t size, uint64_t off, int flags, uint64_t *offp)
 {
 	struct shoal_inode *ip;
 	ssize_t n;
 
 	LOCK(fs);
-	n = write_begin(fs, ctx, ino, size, off, &ip);
+	n = write_begin(fs, ctx, ino, size, &off, flags, &ip);
 	if (!n) {
 		n = file_write(fs, ip, buf, size, off);
 		inode_put(fs, ip);
 	}
 	UNLOCK(fs);
+	if (offp)
+		*offp = off;
 	return n;
 }
 
 static ssize_t do_write_direct(struct shoal_fs *fs, const struct shoal_ctx *ctx, uint64_t ino,
-			   size_t size, uint64_t off, int flags, shoal_write_fn fn, void *arg)
+			   size_t size, uint64_t off, int flags, shoal_write_fn fn, void *arg,
+			   uint64_t *offp)
 {
 	struct shoal_inode *ip;
 	ssize_t n;
@@ -1450,12 +1462,14 @@ static ssize_t do_write_direct(struct shoal_fs *fs, const struct shoal_ctx *ctx,
 	if (dev_fd(fs->fs_dev) < 0)
 		return -EOPNOTSUPP;
 	LOCK(fs);
-	n = write_begin(fs, ctx, ino, size, off, &ip);
+	n = write_begin(fs, ctx, ino, size, &off, flags, &ip);
 	if (!n) {
 		n = file_write_fn(fs, ip, fn, arg, size, off);
 		inode_put(fs, ip);
 	}
 	UNLOCK(fs);
+	if (offp)
+		*offp = off;
 	return n;
 }
 
@@ -2109,13 +2123,19 @@ ssize_t shoal_read_direct(struct shoal_fs *fs, uint64_t ino, size_t size, uint64
 ssize_t shoal_write(struct shoal_fs *fs, const struct shoal_ctx *ctx, uint64_t ino,
 		    const void *buf, size_t size, uint64_t off, int flags)
 {
-	return RUN(fs, do_write(fs, ctx, ino, buf, size, off, flags));
+	return RUN(fs, do_write(fs, ctx, ino, buf, size, off, flags, NULL));
+}
+
+ssize_t shoal_write_at(struct shoal_fs *fs, const struct shoal_ctx *ctx, uint64_t ino,
+		       const void *buf, size_t size, uint64_t *off, int flags)
+{
+	return RUN(fs, do_write(fs, ctx, ino, buf, size, *off, flags, off));
 }
 
 ssize_t shoal_write_direct(struct shoal_fs *fs, const struct shoal_ctx *ctx, uint64_t ino,
-			   size_t size, uint64_t off, int flags, shoal_write_fn fn, void *arg)
+			   size_t size, uint64_t *off, int flags, shoal_write_fn fn, void *arg)
 {
-	return RUN(fs, do_write_direct(fs, ctx, ino, size, off, flags, fn, arg));
+	return RUN(fs, do_write_direct(fs, ctx, ino, size, *off, flags, fn, arg, off));
 }
 
 int shoal_fallocate(struct shoal_fs *fs, uint64_t ino, int mode, uint64_t off, uint64_t len)

@@ -562,10 +562,16 @@ static void pin_cpu(const struct mount_args *ma)
  * libshoal (core/ops.c kill_priv), which does it on every node's behalf.
  * Only if the kernel offered the flag; any libfuse without custom io
  * support simply mounts without it.
+ *
+ * The same patch asks for FUSE_DIRECT_IO_ALLOW_MMAP (Linux 6.6, flags2
+ * bit 4, which libfuse 3.14 does not know either): a cluster opens
+ * O_APPEND files for direct I/O (ops.c (7)), and without it the kernel
+ * refuses a shared mapping of such a file (ENODEV).
  */
+#define KP_DIRECT_IO_ALLOW_MMAP (1u << (36 - 32)) /* in flags2 */
 static int kp_state; /* 0 waiting for INIT, 1 INIT read (kp_unique), 2 done */
 static uint64_t kp_unique;
-static int kp_offered;
+static int kp_offered, kp_dio_mmap;
 
 static ssize_t kp_read(int fd, void *buf, size_t len, void *userdata)
 {
@@ -578,6 +584,10 @@ static ssize_t kp_read(int fd, void *buf, size_t len, void *userdata)
 		if (h->opcode == FUSE_INIT) {
 			const struct fuse_init_in *in = (const void *)(h + 1);
 			kp_offered = (in->flags & FUSE_HANDLE_KILLPRIV_V2) != 0;
+			kp_dio_mmap = (in->flags & FUSE_INIT_EXT) &&
+				      (size_t)n >= sizeof(*h) + offsetof(struct fuse_init_in, flags2) +
+							   sizeof(uint32_t) &&
+				      (in->flags2 & KP_DIRECT_IO_ALLOW_MMAP);
 			kp_unique = h->unique;
 			__atomic_store_n(&kp_state, 1, __ATOMIC_RELEASE);
 		}
@@ -592,9 +602,15 @@ static ssize_t kp_writev(int fd, struct iovec *iov, int count, void *userdata)
 	    iov[0].iov_len >= sizeof(struct fuse_out_header)) {
 		const struct fuse_out_header *oh = iov[0].iov_base;
 		if (oh->unique == kp_unique) {
+			struct fuse_init_out *out = iov[1].iov_base;
 			if (oh->error == 0 && kp_offered &&
 			    iov[1].iov_len >= offsetof(struct fuse_init_out, flags) + sizeof(uint32_t))
-				((struct fuse_init_out *)iov[1].iov_base)->flags |= FUSE_HANDLE_KILLPRIV_V2;
+				out->flags |= FUSE_HANDLE_KILLPRIV_V2;
+			if (oh->error == 0 && kp_dio_mmap &&
+			    iov[1].iov_len >= offsetof(struct fuse_init_out, flags2) + sizeof(uint32_t)) {
+				out->flags |= FUSE_INIT_EXT;
+				out->flags2 |= KP_DIRECT_IO_ALLOW_MMAP;
+			}
 			__atomic_store_n(&kp_state, 2, __ATOMIC_RELEASE);
 		}
 	}

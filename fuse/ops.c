@@ -32,7 +32,11 @@
  *      the kernel to drop them: smount_attr_changed); in a
  *      cluster, because glock demotion invalidates attributes, pages and
  *      (with entry_timeout > 0) the names the kernel got (main.c), and
- *      because names are by default not cached at all (entry_timeout=0).
+ *      because names are by default not cached at all (entry_timeout=0);
+ *  (7) an O_APPEND write lands at the end of file libshoal finds, not at
+ *      the kernel's position: in a cluster O_APPEND files are opened for
+ *      direct I/O (no page of this kernel holds the bytes elsewhere) and a
+ *      write that went elsewhere tells the kernel the size it made.
  */
 #include "names.h"
 #include "nodeids.h"
@@ -520,6 +524,21 @@ static void op_rename(fuse_req_t req, fuse_ino_t parent, const char *name,
 
 /* --- files ------------------------------------------------------------ */
 
+/*
+ * (7) In a cluster an O_APPEND file is opened for direct I/O.  The kernel
+ * takes an O_APPEND write's position from the size it last saw, which
+ * another node may have changed since (a notification only marks it
+ * stale); libshoal appends at the real end of file, but a cached write
+ * would leave the bytes in this kernel's page cache at the position it
+ * assumed.  Writes cost one request either way (no writeback cache);
+ * reads through such a file go to libshoal.
+ */
+static void append_direct(struct fuse_file_info *fi)
+{
+	if (smount_cluster && (fi->flags & O_APPEND))
+		fi->direct_io = 1;
+}
+
 static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
 	caller_begin(req);
@@ -533,6 +552,7 @@ static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 	}
 	fi->keep_cache = 1; /* see (6) */
 	fi->noflush = 1;    /* flush has nothing to do: spare the round trip */
+	append_direct(fi);
 	if (fuse_reply_open(req, fi) != 0)
 		shoal_release(fs, ino_in(fs, ino), fi->flags);
 }
@@ -557,6 +577,7 @@ static void op_create(fuse_req_t req, fuse_ino_t parent, const char *name, mode_
 		goto out_release;
 	fi->keep_cache = 1;
 	fi->noflush = 1;
+	append_direct(fi);
 	if (fuse_reply_create(req, &e, fi) != 0) {
 		shoal_release(fs, (uint64_t)st.st_ino, fi->flags);
 		give_back(fs, e.ino, 1);
@@ -747,6 +768,24 @@ static int write_copy_fn(void *arg, int devfd, uint64_t devoff, size_t len, size
 	return (size_t)n == len ? 0 : -EIO;
 }
 
+/*
+ * The kernel's size grows to end with an empty FUSE_NOTIFY_STORE (no page
+ * is touched, so no page lock is waited for): it would otherwise stay at
+ * the position it sent plus the bytes written.  A failure costs only that
+ * (the attributes are stale anyway and the next stat asks); it is said.
+ */
+static void append_size(fuse_req_t req, fuse_ino_t ino, uint64_t end)
+{
+	struct fuse_bufvec none = FUSE_BUFVEC_INIT(0);
+	int ret = fuse_lowlevel_notify_store(((struct smount *)fuse_req_userdata(req))->sm_se, ino,
+					     (off_t)end, &none, 0);
+
+	if (ret != 0 && ret != -ENOENT)
+		fprintf(stderr, "shoal-mount: telling the kernel inode %llu's size %llu after an "
+			"append: %s\n", (unsigned long long)ino, (unsigned long long)end,
+			strerror(-ret));
+}
+
 static void op_write_buf(fuse_req_t req, fuse_ino_t ino, struct fuse_bufvec *bufv, off_t off,
 			 struct fuse_file_info *fi)
 {
@@ -754,6 +793,7 @@ static void op_write_buf(fuse_req_t req, fuse_ino_t ino, struct fuse_bufvec *buf
 	struct shoal_fs *fs = FS(req);
 	struct shoal_ctx ctx;
 	size_t size = fuse_buf_size(bufv);
+	uint64_t at = (uint64_t)off;
 	ssize_t n = -EOPNOTSUPP;
 
 	req_ctx(req, &ctx);
@@ -763,7 +803,7 @@ static void op_write_buf(fuse_req_t req, fuse_ino_t ino, struct fuse_bufvec *buf
 	}
 	/* large payloads move device-side; small ones (often inline) via memory */
 	if (size >= SMOUNT_SPLICE_MIN && !(bufv->count == 1 && !(bufv->buf[0].flags & FUSE_BUF_IS_FD)))
-		n = shoal_write_direct(fs, &ctx, ino_in(fs, ino), size, (uint64_t)off, fi->flags,
+		n = shoal_write_direct(fs, &ctx, ino_in(fs, ino), size, &at, fi->flags,
 				       write_copy_fn, bufv);
 	if (n == -EOPNOTSUPP) { /* small write, or a device without a plain fd */
 		const void *mem;
@@ -786,9 +826,13 @@ static void op_write_buf(fuse_req_t req, fuse_ino_t ino, struct fuse_bufvec *buf
 			}
 			mem = tmp;
 		}
-		n = shoal_write(fs, &ctx, ino_in(fs, ino), mem, size, (uint64_t)off, fi->flags);
+		n = shoal_write_at(fs, &ctx, ino_in(fs, ino), mem, size, &at, fi->flags);
 		free(tmp);
 	}
+	/* an append elsewhere than the kernel thought: tell it the size it
+	 * made, so its mappings and splices reach it (7) */
+	if (n > 0 && at != (uint64_t)off)
+		append_size(req, ino, at + (uint64_t)n);
 	/* the kernel left dropping privileges to us (main.c killpriv_v2) and
 	 * keeps the mode it has: attributes only, which takes no lock */
 	if (shoal_privs_dropped())

@@ -267,8 +267,16 @@ int shoal_create(struct shoal_fs *fs, const struct shoal_ctx *ctx, uint64_t pare
 		 const char *name, mode_t mode, int flags, struct stat *st);
 ssize_t shoal_read(struct shoal_fs *fs, uint64_t ino, void *buf, size_t size, uint64_t off,
 		   int flags);
+/*
+ * Writes.  With O_APPEND in flags (and not SHOAL_CTX_CACHE) the bytes go to
+ * the end of file as this node finds it under the inode's EX glock,
+ * whatever off says; shoal_write_at and shoal_write_direct return where
+ * they went in *off.
+ */
 ssize_t shoal_write(struct shoal_fs *fs, const struct shoal_ctx *ctx, uint64_t ino,
 		    const void *buf, size_t size, uint64_t off, int flags);
+ssize_t shoal_write_at(struct shoal_fs *fs, const struct shoal_ctx *ctx, uint64_t ino,
+		       const void *buf, size_t size, uint64_t *off, int flags);
 int shoal_fsync(struct shoal_fs *fs, uint64_t ino, int datasync);
 
 /*
@@ -292,7 +300,7 @@ ssize_t shoal_read_direct(struct shoal_fs *fs, uint64_t ino, size_t size, uint64
 /* fn copies len bytes from the caller's source at srcoff to devoff of devfd. */
 typedef int (*shoal_write_fn)(void *arg, int devfd, uint64_t devoff, size_t len, size_t srcoff);
 ssize_t shoal_write_direct(struct shoal_fs *fs, const struct shoal_ctx *ctx, uint64_t ino,
-			   size_t size, uint64_t off, int flags, shoal_write_fn fn, void *arg);
+			   size_t size, uint64_t *off, int flags, shoal_write_fn fn, void *arg);
 int shoal_fallocate(struct shoal_fs *fs, uint64_t ino, int mode, uint64_t off, uint64_t len);
 /* SEEK_DATA / SEEK_HOLE: the resulting offset or -ENXIO. */
 int64_t shoal_lseek(struct shoal_fs *fs, uint64_t ino, uint64_t off, int whence);

@@ -1466,9 +1466,11 @@ static void test_flags(void **state)
 	assert_int_equal(shoal_open(e.e_fs, f, O_WRONLY), -EPERM);
 	assert_int_equal(shoal_open(e.e_fs, f, O_WRONLY | O_APPEND | O_TRUNC), -EPERM);
 	assert_int_equal(shoal_open(e.e_fs, f, O_WRONLY | O_APPEND), 0);
-	assert_int_equal(shoal_write(e.e_fs, &root_ctx, f, "abc", 3, 0, O_WRONLY | O_APPEND),
-			 -EPERM);
-	assert_int_equal(shoal_write(e.e_fs, &root_ctx, f, "abc", 3, 110, O_WRONLY | O_APPEND), 3);
+	assert_int_equal(shoal_write(e.e_fs, &root_ctx, f, "abc", 3, 0, O_WRONLY), -EPERM);
+	/* an O_APPEND write goes to the end whatever position it names */
+	uint64_t at = 0;
+	assert_int_equal(shoal_write_at(e.e_fs, &root_ctx, f, "abc", 3, &at, O_WRONLY | O_APPEND), 3);
+	assert_int_equal(at, 110);
 	assert_int_equal(shoal_release(e.e_fs, f, O_WRONLY | O_APPEND), 0);
 	assert_int_equal(getattr_(&e, f).st_size, 113);
 	a.st_size = 10;
@@ -1780,7 +1782,8 @@ static void test_direct_io(void **state)
 	fill_pattern(buf, len, 0, 7);
 	struct dsrc src = { buf, 0 };
 	/* a large write goes straight to the device */
-	ssize_t n = shoal_write_direct(e.e_fs, &root_ctx, f, len, 0, O_RDWR, dwrite_fn, &src);
+	uint64_t at = 0;
+	ssize_t n = shoal_write_direct(e.e_fs, &root_ctx, f, len, &at, O_RDWR, dwrite_fn, &src);
 	assert_int_equal(n, (ssize_t)len);
 	assert_true(src.ds_calls >= 1);
 	assert_int_equal(getattr_(&e, f).st_size, (off_t)len);
@@ -1788,7 +1791,8 @@ static void test_direct_io(void **state)
 	/* unaligned, over existing blocks and past the end */
 	fill_pattern(buf, 9000, 4000, 8);
 	src = (struct dsrc){ buf, 0 };
-	n = shoal_write_direct(e.e_fs, &root_ctx, f, 9000, len - 5000, O_RDWR, dwrite_fn, &src);
+	at = len - 5000;
+	n = shoal_write_direct(e.e_fs, &root_ctx, f, 9000, &at, O_RDWR, dwrite_fn, &src);
 	if (n == -EAGAIN)
 		n = shoal_write(e.e_fs, &root_ctx, f, buf, 9000, len - 5000, O_RDWR);
 	assert_int_equal(n, 9000);
@@ -1831,7 +1835,8 @@ static void test_direct_io(void **state)
 	struct stat st;
 	assert_int_equal(shoal_create(fs, &root_ctx, shoal_root(fs), "x", 0644, O_RDWR, &st), 0);
 	src = (struct dsrc){ buf, 0 };
-	assert_int_equal(shoal_write_direct(fs, &root_ctx, st.st_ino, 65536, 0, O_RDWR, dwrite_fn, &src),
+	at = 0;
+	assert_int_equal(shoal_write_direct(fs, &root_ctx, st.st_ino, 65536, &at, O_RDWR, dwrite_fn, &src),
 			 -EOPNOTSUPP);
 	dd = (struct ddst){ buf, 0 };
 	assert_int_equal(shoal_read_direct(fs, st.st_ino, 10, 0, O_RDONLY, dread_fn, &dd),
