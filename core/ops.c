@@ -1452,6 +1452,52 @@ static ssize_t do_write(struct shoal_fs *fs, const struct shoal_ctx *ctx, uint64
 	return n;
 }
 
+/*
+ * The kernel's writeback of a page whose base it was last given is known
+ * (docs/LOCKING.md "Mapped pages"): only the bytes of buf that differ from
+ * base are this node's; between the first and the last of them, the rest
+ * keeps what the file holds now (another node may have written it since),
+ * all under one EX hold.
+ */
+static ssize_t do_write_merge(struct shoal_fs *fs, const struct shoal_ctx *ctx, uint64_t ino,
+			      const void *buf, const void *base, size_t size, uint64_t off,
+			      int flags)
+{
+	const unsigned char *b = buf, *o = base;
+	struct shoal_inode *ip;
+	unsigned char *cur;
+	size_t lo = 0, hi = size;
+	uint64_t at;
+	ssize_t n;
+
+	while (lo < size && b[lo] == o[lo])
+		lo++;
+	if (lo == size)
+		return (ssize_t)size; /* nothing of this node's */
+	while (hi > lo && b[hi - 1] == o[hi - 1])
+		hi--;
+	cur = malloc(hi - lo);
+	if (!cur)
+		return -ENOMEM;
+	at = off + lo;
+	LOCK(fs);
+	n = write_begin(fs, ctx, ino, hi - lo, &at, flags & ~O_APPEND, &ip);
+	if (!n) {
+		n = file_read(fs, ip, cur, hi - lo, at);
+		if (n >= 0) {
+			memset(cur + n, 0, hi - lo - (size_t)n); /* past the end of file */
+			for (size_t i = lo; i < hi; i++)
+				if (b[i] != o[i])
+					cur[i - lo] = b[i];
+			n = file_write(fs, ip, cur, hi - lo, at);
+		}
+		inode_put(fs, ip);
+	}
+	UNLOCK(fs);
+	free(cur);
+	return n < 0 ? n : (ssize_t)size;
+}
+
 static ssize_t do_write_direct(struct shoal_fs *fs, const struct shoal_ctx *ctx, uint64_t ino,
 			   size_t size, uint64_t off, int flags, shoal_write_fn fn, void *arg,
 			   uint64_t *offp)
@@ -2130,6 +2176,12 @@ ssize_t shoal_write_at(struct shoal_fs *fs, const struct shoal_ctx *ctx, uint64_
 		       const void *buf, size_t size, uint64_t *off, int flags)
 {
 	return RUN(fs, do_write(fs, ctx, ino, buf, size, *off, flags, off));
+}
+
+ssize_t shoal_write_merge(struct shoal_fs *fs, const struct shoal_ctx *ctx, uint64_t ino,
+			  const void *buf, const void *base, size_t size, uint64_t off, int flags)
+{
+	return RUN(fs, do_write_merge(fs, ctx, ino, buf, base, size, off, flags));
 }
 
 ssize_t shoal_write_direct(struct shoal_fs *fs, const struct shoal_ctx *ctx, uint64_t ino,

@@ -87,6 +87,7 @@ static int cmd_stat(void *arg, const char *args, FILE *out)
 		fprintf(out, "%s %llu\n", counter_names[i].name, (unsigned long long)v);
 	}
 	wbkick_stats(out);
+	mb_stats(out);
 	fprintf(out, "readonly %d\n", shoal_is_readonly(sm->sm_fs) ? 1 : 0);
 	uint64_t dblk, dino;
 	if (shoal_damage(sm->sm_fs, &dblk, &dino))

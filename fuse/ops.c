@@ -36,7 +36,9 @@
  *  (7) an O_APPEND write lands at the end of file libshoal finds, not at
  *      the kernel's position: in a cluster O_APPEND files are opened for
  *      direct I/O (no page of this kernel holds the bytes elsewhere) and a
- *      write that went elsewhere tells the kernel the size it made.
+ *      write that went elsewhere tells the kernel the size it made;
+ *  (8) in a cluster the kernel's writeback of a page writes only the bytes
+ *      its mapping changed, when the page's base is known (mbase.c).
  */
 #include "names.h"
 #include "nodeids.h"
@@ -409,6 +411,8 @@ static void op_setattr(fuse_req_t req, fuse_ino_t ino, struct stat *attr, int to
 				     shoal_generation(fs, ino_in(fs, ino)), (uint64_t)attr->st_size);
 	int ret = shoal_setattr(fs, &ctx, ino_in(fs, ino), attr, valid, &st);
 	(void)shoal_privs_dropped(); /* the reply carries the new mode */
+	if (ret == 0 && (to_set & FUSE_SET_ATTR_SIZE))
+		mb_truncate(ino, (uint64_t)attr->st_size); /* (8) */
 	reply_attr(req, ret, &st);
 }
 
@@ -553,8 +557,14 @@ static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 	fi->keep_cache = 1; /* see (6) */
 	fi->noflush = 1;    /* flush has nothing to do: spare the round trip */
 	append_direct(fi);
-	if (fuse_reply_open(req, fi) != 0)
+	if (mb_open(ino, fi->flags))
+		fi->keep_cache = 0; /* (8): pages cached before have no base */
+	if (fi->flags & O_TRUNC)
+		mb_truncate(ino, 0);
+	if (fuse_reply_open(req, fi) != 0) {
+		mb_release(ino, fi->flags);
 		shoal_release(fs, ino_in(fs, ino), fi->flags);
+	}
 }
 
 static void op_create(fuse_req_t req, fuse_ino_t parent, const char *name, mode_t mode,
@@ -578,7 +588,10 @@ static void op_create(fuse_req_t req, fuse_ino_t parent, const char *name, mode_
 	fi->keep_cache = 1;
 	fi->noflush = 1;
 	append_direct(fi);
+	if (mb_open(e.ino, fi->flags))
+		fi->keep_cache = 0;
 	if (fuse_reply_create(req, &e, fi) != 0) {
+		mb_release(e.ino, fi->flags);
 		shoal_release(fs, (uint64_t)st.st_ino, fi->flags);
 		give_back(fs, e.ino, 1);
 	}
@@ -730,9 +743,12 @@ static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 	struct shoal_fs *fs = FS(req);
 	struct read_reply rr = {.rr_req = req};
 	char *buf;
-	ssize_t n;
+	ssize_t n = -EOPNOTSUPP;
+	int base = !fi->direct_io && mb_tracked(ino); /* a page-cache fill to keep (8) */
 
-	n = shoal_read_direct(fs, ino_in(fs, ino), size, (uint64_t)off, fi->flags, read_reply_fn, &rr);
+	if (!base)
+		n = shoal_read_direct(fs, ino_in(fs, ino), size, (uint64_t)off, fi->flags,
+				      read_reply_fn, &rr);
 	if (rr.rr_replied)
 		return;
 	if (n != -EOPNOTSUPP) {
@@ -745,10 +761,13 @@ static void op_read(fuse_req_t req, fuse_ino_t ino, size_t size, off_t off,
 		return;
 	}
 	n = shoal_read(fs, ino_in(fs, ino), buf, size, (uint64_t)off, fi->flags);
-	if (n < 0)
+	if (n < 0) {
 		reply_err(req, (int)-n);
-	else
-		fuse_reply_buf(req, buf, (size_t)n);
+		return;
+	}
+	if (base)
+		mb_set(ino, (uint64_t)off, buf, (size_t)n, 1);
+	fuse_reply_buf(req, buf, (size_t)n);
 }
 
 /* Copy a write's payload, which may sit in a pipe, to the device (splice). */
@@ -786,6 +805,39 @@ static void append_size(fuse_req_t req, fuse_ino_t ino, uint64_t end)
 			strerror(-ret));
 }
 
+/*
+ * (8) The kernel's writeback of pages whose bases are kept (mbase.c):
+ * each page with a base writes only what differs from it, merged with the
+ * file under one EX hold; a page without one is written whole.
+ */
+static ssize_t write_merged(struct shoal_fs *fs, const struct shoal_ctx *ctx, fuse_ino_t ino,
+			    const char *mem, size_t size, uint64_t off, int flags)
+{
+	static __thread char base[4096];
+	size_t done = 0;
+
+	while (done < size) {
+		uint64_t at = off + done;
+		size_t in = (size_t)(at % sizeof(base)), len = sizeof(base) - in;
+		ssize_t n;
+
+		if (len > size - done)
+			len = size - done;
+		if (mb_get(ino, at / sizeof(base), base) == 0) {
+			n = shoal_write_merge(fs, ctx, ino_in(fs, ino), mem + done, base + in, len, at,
+					      flags);
+			mb_count(1, len);
+		} else {
+			n = shoal_write_at(fs, ctx, ino_in(fs, ino), mem + done, len, &at, flags);
+			mb_count(0, len);
+		}
+		if (n < 0)
+			return done ? (ssize_t)done : n;
+		done += len;
+	}
+	return (ssize_t)done;
+}
+
 static void op_write_buf(fuse_req_t req, fuse_ino_t ino, struct fuse_bufvec *bufv, off_t off,
 			 struct fuse_file_info *fi)
 {
@@ -801,10 +853,15 @@ static void op_write_buf(fuse_req_t req, fuse_ino_t ino, struct fuse_bufvec *buf
 		ctx.c_flags |= SHOAL_CTX_CACHE; /* drops no privileges: kill_priv */
 		wbkick_note((uint64_t)ino, size);
 	}
+	int base = !fi->direct_io && mb_tracked(ino); /* (8) */
 	/* large payloads move device-side; small ones (often inline) via memory */
-	if (size >= SMOUNT_SPLICE_MIN && !(bufv->count == 1 && !(bufv->buf[0].flags & FUSE_BUF_IS_FD)))
+	if (size >= SMOUNT_SPLICE_MIN && !(fi->writepage && base) &&
+	    !(bufv->count == 1 && !(bufv->buf[0].flags & FUSE_BUF_IS_FD))) {
 		n = shoal_write_direct(fs, &ctx, ino_in(fs, ino), size, &at, fi->flags,
 				       write_copy_fn, bufv);
+		if (n != -EOPNOTSUPP && base)
+			mb_drop(ino, at, size);
+	}
 	if (n == -EOPNOTSUPP) { /* small write, or a device without a plain fd */
 		const void *mem;
 		char *tmp = NULL;
@@ -826,7 +883,12 @@ static void op_write_buf(fuse_req_t req, fuse_ino_t ino, struct fuse_bufvec *buf
 			}
 			mem = tmp;
 		}
-		n = shoal_write_at(fs, &ctx, ino_in(fs, ino), mem, size, &at, fi->flags);
+		if (fi->writepage && base)
+			n = write_merged(fs, &ctx, ino, mem, size, at, fi->flags);
+		else
+			n = shoal_write_at(fs, &ctx, ino_in(fs, ino), mem, size, &at, fi->flags);
+		if (n > 0 && base)
+			mb_set(ino, at, mem, (size_t)n, fi->writepage);
 		free(tmp);
 	}
 	/* an append elsewhere than the kernel thought: tell it the size it
@@ -856,6 +918,7 @@ static void op_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi
 	caller_begin(req);
 	struct shoal_fs *fs = FS(req);
 
+	mb_release(ino, fi->flags);
 	reply_err(req, -shoal_release(fs, ino_in(fs, ino), fi->flags));
 }
 
@@ -874,6 +937,8 @@ static void op_fallocate(fuse_req_t req, fuse_ino_t ino, int mode, off_t off, of
 	struct shoal_fs *fs = FS(req);
 
 	int ret = shoal_fallocate(fs, ino_in(fs, ino), mode, (uint64_t)off, (uint64_t)len);
+
+	mb_forget(ino); /* (8) */
 
 	if (shoal_privs_dropped()) /* the set-ID bits: as op_write */
 		smount_attr_changed(fuse_req_userdata(req), ino_in(fs, ino));

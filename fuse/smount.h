@@ -91,6 +91,18 @@ extern const struct fuse_lowlevel_ops smount_ops;
 void wbkick_note(uint64_t ino, uint64_t bytes); /* a WRITE of the kernel's pages */
 void wbkick_before_resize(struct smount *sm, uint64_t ino, uint64_t gen, uint64_t new_size);
 void wbkick_stats(FILE *out); /* "name value" lines for the stat command */
+
+/* Bases of mapped pages (mbase.c): ino is the FUSE node id of a file. */
+int mb_open(uint64_t ino, int flags); /* 1: the first O_RDWR open, drop the pages */
+void mb_release(uint64_t ino, int flags);
+int mb_tracked(uint64_t ino);
+void mb_set(uint64_t ino, uint64_t off, const void *data, size_t len, int full);
+int mb_get(uint64_t ino, uint64_t idx, void *out); /* one 4 KiB page; -ENOENT */
+void mb_drop(uint64_t ino, uint64_t off, uint64_t len);
+void mb_truncate(uint64_t ino, uint64_t size);
+void mb_forget(uint64_t ino);
+void mb_count(int merged, uint64_t bytes);
+void mb_stats(FILE *out);
 /* The control commands: stat, status, glocks, glstats, trace. */
 extern const struct ctl_cmd smount_ctl_cmds[];
 

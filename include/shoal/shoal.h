@@ -277,6 +277,14 @@ ssize_t shoal_write(struct shoal_fs *fs, const struct shoal_ctx *ctx, uint64_t i
 		    const void *buf, size_t size, uint64_t off, int flags);
 ssize_t shoal_write_at(struct shoal_fs *fs, const struct shoal_ctx *ctx, uint64_t ino,
 		       const void *buf, size_t size, uint64_t *off, int flags);
+/*
+ * Write back a page of a mapping whose previous content, base, is known:
+ * only the bytes of buf that differ from base are written, merged with
+ * what the file holds under one EX hold (docs/LOCKING.md "Mapped pages").
+ * Returns size or -errno.
+ */
+ssize_t shoal_write_merge(struct shoal_fs *fs, const struct shoal_ctx *ctx, uint64_t ino,
+			  const void *buf, const void *base, size_t size, uint64_t off, int flags);
 int shoal_fsync(struct shoal_fs *fs, uint64_t ino, int datasync);
 
 /*
