@@ -1,0 +1,322 @@
+/*
+ * test_falloc.c - fallocate(2) modes of libshoal as ext4 has them
+ * (ext4_fallocate, man 2 fallocate), called on a mounted image without
+ * FUSE: FALLOC_FL_ZERO_RANGE with and without KEEP_SIZE, and each mode's
+ * error cases.  After each test the tree is walked (treecheck.h, blocks in
+ * use exact) and fsck.shoal -n must find the image clean.
+ * (Allocation and punching: test_core_ops test_fallocate_punch.)
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <linux/falloc.h>
+#include <linux/fs.h>
+#include <limits.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "dev.h"
+#include "shoal/ondisk.h"
+#include "shoal/shoal.h"
+#include "testutil.h"
+#include "treecheck.h"
+
+#define KiB (1ull << 10)
+#define MiB (1ull << 20)
+
+static const struct shoal_ctx root_ctx = { .c_uid = 0, .c_gid = 0, .c_pid = 1 };
+
+struct env {
+	char *e_path;
+	struct shoal_fs *e_fs;
+	uint64_t e_root;
+	uint64_t e_bs;
+};
+
+static void env_mount(struct env *e)
+{
+	struct shoal_mount_opts mo = { .mo_commit_secs = 3600 };
+	struct shoal_dev *dev;
+
+	assert_int_equal(dev_open(e->e_path, 0, &dev), 0);
+	assert_int_equal(shoal_mount(dev, &mo, &e->e_fs), 0);
+	e->e_root = shoal_root(e->e_fs);
+	e->e_bs = shoal_bsize(e->e_fs);
+}
+
+static void env_init(struct env *e)
+{
+	struct shoal_format_opts fo = { .fo_journals = 1, .fo_jbytes = 2 * MiB };
+	struct shoal_dev *dev;
+
+	e->e_path = tu_tmpimage(64 * MiB);
+	assert_int_equal(dev_open(e->e_path, 0, &dev), 0);
+	assert_int_equal(shoal_format(dev, &fo, NULL), 0);
+	dev_close(dev);
+	env_mount(e);
+}
+
+static void env_remount(struct env *e)
+{
+	assert_int_equal(shoal_unmount(e->e_fs), 0);
+	env_mount(e);
+}
+
+/* fsck.shoal -n of this build ($SHOAL_FSCK, set by ctest) must pass. */
+static void fsck_clean(const char *img)
+{
+	const char *fsck = getenv("SHOAL_FSCK");
+	char cmd[2 * PATH_MAX + 64];
+	int rc;
+
+	if (!fsck || access(fsck, X_OK)) {
+		fprintf(stderr, "  SKIP fsck.shoal -n: $SHOAL_FSCK not set\n");
+		return;
+	}
+	snprintf(cmd, sizeof(cmd), "'%s' -n '%s' >&2", fsck, img);
+	rc = system(cmd);
+	if (rc != 0)
+		fail_msg("fsck.shoal -n %s: exit status %d", img, WIFEXITED(rc) ? WEXITSTATUS(rc) : -1);
+}
+
+/* Walk the tree, unmount, fsck, free the image. */
+static void env_fini(struct env *e)
+{
+	tc_check_tree(e->e_fs, 1);
+	assert_int_equal(shoal_unmount(e->e_fs), 0);
+	fsck_clean(e->e_path);
+	tu_rmimage(e->e_path);
+}
+
+static void fill_pattern(uint8_t *buf, size_t len, uint64_t off, unsigned seed)
+{
+	for (size_t i = 0; i < len; i++) {
+		uint64_t x = (off + i) * 2654435761u + seed * 40503u;
+		buf[i] = (uint8_t)(x ^ (x >> 13) ^ (x >> 21));
+	}
+}
+
+static uint64_t mkfile(struct env *e, const char *name)
+{
+	struct stat st;
+	assert_int_equal(shoal_create(e->e_fs, &root_ctx, e->e_root, name, 0644, O_RDWR, &st), 0);
+	assert_int_equal(shoal_release(e->e_fs, st.st_ino, O_RDWR), 0);
+	shoal_forget(e->e_fs, st.st_ino, 1);
+	return st.st_ino;
+}
+
+static void write_pattern(struct env *e, uint64_t ino, uint64_t off, size_t len, unsigned seed)
+{
+	uint8_t *buf = malloc(len);
+	assert_non_null(buf);
+	fill_pattern(buf, len, off, seed);
+	assert_int_equal(shoal_write(e->e_fs, &root_ctx, ino, buf, len, off, O_RDWR), (ssize_t)len);
+	free(buf);
+}
+
+/*
+ * A model of the file's bytes: the test applies each change to it too, and
+ * check_model reads the whole file and compares.
+ */
+struct model {
+	uint8_t *m_buf;
+	uint64_t m_size, m_cap;
+};
+
+static void model_grow(struct model *m, uint64_t size)
+{
+	if (size > m->m_cap) {
+		m->m_buf = realloc(m->m_buf, size);
+		assert_non_null(m->m_buf);
+		memset(m->m_buf + m->m_cap, 0, size - m->m_cap);
+		m->m_cap = size;
+	}
+	if (size > m->m_size)
+		memset(m->m_buf + m->m_size, 0, size - m->m_size);
+	m->m_size = size;
+}
+
+static void model_write(struct env *e, struct model *m, uint64_t ino, uint64_t off, size_t len,
+			unsigned seed)
+{
+	write_pattern(e, ino, off, len, seed);
+	if (off + len > m->m_size)
+		model_grow(m, off + len);
+	fill_pattern(m->m_buf + off, len, off, seed);
+}
+
+static void check_model(struct env *e, struct model *m, uint64_t ino)
+{
+	struct stat st;
+	uint8_t *buf = malloc(m->m_size + 1);
+
+	assert_non_null(buf);
+	assert_int_equal(shoal_getattr(e->e_fs, ino, &st), 0);
+	assert_int_equal(st.st_size, m->m_size);
+	assert_int_equal(shoal_read(e->e_fs, ino, buf, m->m_size + 1, 0, O_RDONLY),
+			 (ssize_t)m->m_size);
+	for (uint64_t i = 0; i < m->m_size; i++)
+		if (buf[i] != m->m_buf[i])
+			fail_msg("byte %llu: 0x%02x, want 0x%02x", (unsigned long long)i, buf[i],
+				 m->m_buf[i]);
+	free(buf);
+}
+
+static uint64_t bfree(struct env *e)
+{
+	struct statvfs sv;
+	assert_int_equal(shoal_statfs(e->e_fs, &sv), 0);
+	return sv.f_bfree;
+}
+
+static uint64_t nblocks(struct env *e, uint64_t ino)
+{
+	struct stat st;
+	assert_int_equal(shoal_getattr(e->e_fs, ino, &st), 0);
+	return (uint64_t)st.st_blocks;
+}
+
+/* ZERO_RANGE in place, then the model too; size as ext4 (KEEP_SIZE or not). */
+static void zero(struct env *e, struct model *m, uint64_t ino, int keep, uint64_t off,
+		 uint64_t len)
+{
+	assert_int_equal(shoal_fallocate(e->e_fs, ino, FALLOC_FL_ZERO_RANGE |
+							      (keep ? FALLOC_FL_KEEP_SIZE : 0),
+					 off, len),
+			 0);
+	uint64_t end = off + len;
+	if (!keep && end > m->m_size)
+		model_grow(m, end);
+	if (off < m->m_size)
+		memset(m->m_buf + off, 0, (end < m->m_size ? end : m->m_size) - off);
+}
+
+static void test_zero_range_errors(void **state)
+{
+	struct env e;
+	(void)state;
+	env_init(&e);
+	uint64_t f = mkfile(&e, "f");
+	struct stat st;
+
+	write_pattern(&e, f, 0, 3 * e.e_bs, 1);
+	assert_int_equal(shoal_fallocate(e.e_fs, f, FALLOC_FL_ZERO_RANGE, 0, 0), -EINVAL);
+	assert_int_equal(shoal_fallocate(e.e_fs, f, FALLOC_FL_ZERO_RANGE | FALLOC_FL_PUNCH_HOLE |
+							   FALLOC_FL_KEEP_SIZE,
+					 0, e.e_bs),
+			 -EOPNOTSUPP);
+	assert_int_equal(shoal_fallocate(e.e_fs, f, FALLOC_FL_ZERO_RANGE, UINT64_MAX - 10, 100),
+			 -EFBIG);
+	assert_int_equal(shoal_mkdir(e.e_fs, &root_ctx, e.e_root, "d", 0755, &st), 0);
+	shoal_forget(e.e_fs, st.st_ino, 1);
+	assert_int_equal(shoal_fallocate(e.e_fs, st.st_ino, FALLOC_FL_ZERO_RANGE, 0, 10), -EISDIR);
+	/* append-only: only plain allocation is allowed (vfs_fallocate); immutable: nothing */
+	assert_int_equal(shoal_setflags(e.e_fs, &root_ctx, f, FS_APPEND_FL), 0);
+	assert_int_equal(shoal_fallocate(e.e_fs, f, FALLOC_FL_ZERO_RANGE, 0, 10), -EPERM);
+	assert_int_equal(shoal_fallocate(e.e_fs, f, FALLOC_FL_ZERO_RANGE | FALLOC_FL_KEEP_SIZE, 0,
+					 10),
+			 -EPERM);
+	assert_int_equal(shoal_fallocate(e.e_fs, f, FALLOC_FL_KEEP_SIZE, 3 * e.e_bs, 10), 0);
+	assert_int_equal(shoal_setflags(e.e_fs, &root_ctx, f, FS_IMMUTABLE_FL), 0);
+	assert_int_equal(shoal_fallocate(e.e_fs, f, FALLOC_FL_ZERO_RANGE, 0, 10), -EPERM);
+	assert_int_equal(shoal_setflags(e.e_fs, &root_ctx, f, 0), 0);
+	env_fini(&e);
+}
+
+static void test_zero_range(void **state)
+{
+	struct env e;
+	struct model m = { 0 };
+	(void)state;
+	env_init(&e);
+	uint64_t bs = e.e_bs, per = (bs - 32) / 8; /* pointers per indirect block */
+	uint64_t f = mkfile(&e, "f");
+
+	model_write(&e, &m, f, 0, (per + 40) * bs, 1); /* two levels of the map */
+	uint64_t used = nblocks(&e, f), before = bfree(&e);
+	/* aligned, in the middle: zeros, size and allocation unchanged */
+	zero(&e, &m, f, 0, 4 * bs, 8 * bs);
+	check_model(&e, &m, f);
+	assert_int_equal(nblocks(&e, f), used);
+	assert_int_equal(bfree(&e), before);
+	/* unaligned edges, and across the first indirect block's boundary */
+	zero(&e, &m, f, 1, 20 * bs + 100, 3 * bs + 7);
+	zero(&e, &m, f, 0, (per - 3) * bs - 5, 7 * bs + 10);
+	/* inside one block */
+	zero(&e, &m, f, 0, 30 * bs + 10, 20);
+	check_model(&e, &m, f);
+	assert_int_equal(bfree(&e), before);
+
+	/* over a hole: the hole is allocated (man 2 fallocate: "blocks are
+	 * preallocated for the regions that span the holes") and reads zeros */
+	model_write(&e, &m, f, (per + 100) * bs, bs, 2); /* leaves a hole of 60 blocks */
+	before = bfree(&e);
+	zero(&e, &m, f, 0, (per + 50) * bs, 10 * bs);
+	check_model(&e, &m, f);
+	assert_int_equal(before - bfree(&e), 10);
+
+	/* past the end, growing the file (no KEEP_SIZE): allocated, size grows */
+	uint64_t sz = m.m_size;
+	before = bfree(&e);
+	zero(&e, &m, f, 0, sz - 100, 4 * bs);
+	check_model(&e, &m, f);
+	assert_int_equal(m.m_size, sz - 100 + 4 * bs);
+	assert_true(before - bfree(&e) >= 3);
+	/* ... and with KEEP_SIZE: blocks beyond the end, size unchanged */
+	sz = m.m_size;
+	before = bfree(&e);
+	zero(&e, &m, f, 1, sz + 10 * bs, 8 * bs); /* unaligned: 9 blocks */
+	check_model(&e, &m, f);
+	assert_int_equal(before - bfree(&e), 9);
+	/* growing into those blocks later reads zeros (never stale bytes) */
+	model_grow(&m, sz + 20 * bs);
+	assert_int_equal(shoal_fallocate(e.e_fs, f, 0, sz, 20 * bs), 0);
+	check_model(&e, &m, f);
+
+	env_remount(&e);
+	check_model(&e, &m, f);
+	free(m.m_buf);
+	env_fini(&e);
+}
+
+static void test_zero_range_inline(void **state)
+{
+	struct env e;
+	struct model m = { 0 };
+	(void)state;
+	env_init(&e);
+	uint64_t f = mkfile(&e, "f");
+
+	model_write(&e, &m, f, 0, 1000, 3);
+	zero(&e, &m, f, 0, 100, 200);
+	check_model(&e, &m, f);
+	zero(&e, &m, f, 1, 900, 200); /* past the end, KEEP_SIZE */
+	check_model(&e, &m, f);
+	zero(&e, &m, f, 0, 950, 100); /* grows the inline file */
+	check_model(&e, &m, f);
+	zero(&e, &m, f, 0, 500, 3 * e.e_bs); /* beyond the inline payload */
+	check_model(&e, &m, f);
+	env_remount(&e);
+	check_model(&e, &m, f);
+	free(m.m_buf);
+	env_fini(&e);
+}
+
+int main(void)
+{
+	const struct CMUnitTest tests[] = {
+		cmocka_unit_test(test_zero_range_errors),
+		cmocka_unit_test(test_zero_range),
+		cmocka_unit_test(test_zero_range_inline),
+	};
+	return cmocka_run_group_tests(tests, NULL, NULL);
+}
