@@ -924,14 +924,16 @@ static int is_ancestor(struct shoal_fs *fs, uint64_t anc, uint64_t ino)
 static int do_rename(struct shoal_fs *fs, const struct shoal_ctx *ctx, uint64_t parent,
 		 const char *name, uint64_t newparent, const char *newname, unsigned flags)
 {
-	struct shoal_inode *sdp = NULL, *ddp = NULL, *sip = NULL, *tip = NULL;
+	struct shoal_inode *sdp = NULL, *ddp = NULL, *sip = NULL, *tip = NULL, *wip = NULL;
 	uint64_t sino, tino = 0;
 	int err, sdir, tdir = 0;
 
-	if (flags & ~(RENAME_NOREPLACE | RENAME_EXCHANGE))
+	if (flags & ~(RENAME_NOREPLACE | RENAME_EXCHANGE | RENAME_WHITEOUT))
 		return -EINVAL;
-	if ((flags & RENAME_NOREPLACE) && (flags & RENAME_EXCHANGE))
+	if ((flags & RENAME_EXCHANGE) && (flags & (RENAME_NOREPLACE | RENAME_WHITEOUT)))
 		return -EINVAL;
+	if ((flags & RENAME_WHITEOUT) && ((ctx && ctx->c_uid != 0) || !perm_is_root()))
+		return -EPERM; /* CAP_MKNOD, as a whiteout is a device node */
 	if (is_dot(name) || is_dot(newname))
 		return -EBUSY;
 	if ((err = check_name(name)) || (err = check_name(newname)))
@@ -1031,14 +1033,31 @@ static int do_rename(struct shoal_fs *fs, const struct shoal_ctx *ctx, uint64_t 
 		err = -EMLINK;
 		goto out;
 	}
+	uint64_t want = 0;
+	if ((flags & RENAME_WHITEOUT) && fs->fs_cluster) {
+		/* the whiteout's glocks, before anything changes (make_node) */
+		err = rg_peek(fs, sdp->i_ino, &want);
+		if (!err)
+			err = hold_new(fs, want);
+		if (err)
+			goto out;
+	}
 	if (!tip) {
 		err = dir_make_room(fs, ddp, newname);
 		if (err)
 			goto out;
 	}
-	err = trans_begin(fs, RES_META * 2);
+	err = trans_begin_alloc(fs, RES_META * 2, (flags & RENAME_WHITEOUT) ? 1 : 0);
 	if (err)
 		goto out;
+	if (flags & RENAME_WHITEOUT) {
+		/* ext4_whiteout_for_rename: a character device 0:0, mode 0 */
+		gid_t gid = ip_di(sdp)->di_mode & S_ISGID ? ip_di(sdp)->di_gid : ctx->c_gid;
+		err = inode_alloc(fs, sdp, want, S_IFCHR, ctx->c_uid, gid, &wip);
+		if (err)
+			goto out;
+		ip_di(wip)->di_rdev = 0;
+	}
 	if (flags & RENAME_EXCHANGE) {
 		err = dir_replace(fs, sdp, name, tip->i_ino, mode_dt(ip_di(tip)->di_mode));
 		if (!err)
@@ -1073,7 +1092,9 @@ static int do_rename(struct shoal_fs *fs, const struct shoal_ctx *ctx, uint64_t 
 		} else {
 			err = dir_add(fs, ddp, newname, sip->i_ino, mode_dt(ip_di(sip)->di_mode));
 		}
-		if (!err)
+		if (!err && wip)
+			err = dir_replace(fs, sdp, name, wip->i_ino, DT_CHR);
+		else if (!err)
 			err = dir_remove(fs, sdp, name);
 		if (err)
 			goto out;
@@ -1093,12 +1114,14 @@ static int do_rename(struct shoal_fs *fs, const struct shoal_ctx *ctx, uint64_t 
 	inode_dirty(fs, ddp, 1);
 	inode_touch(ddp, 0, 1, 1);
 out:
+	if (wip && err)
+		ip_di(wip)->di_nlink = 0; /* destroyed: never named */
+	inode_put(fs, wip);
 	inode_put(fs, tip);
 	inode_put(fs, sip);
 	inode_put(fs, ddp);
 	inode_put(fs, sdp);
 	UNLOCK(fs);
-	(void)ctx;
 	return err;
 }
 

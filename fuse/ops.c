@@ -506,10 +506,6 @@ static void op_rename(fuse_req_t req, fuse_ino_t parent, const char *name,
 	struct shoal_ctx ctx;
 	int ret;
 
-	if (flags & ~(unsigned)(RENAME_NOREPLACE | RENAME_EXCHANGE)) {
-		reply_err(req, EINVAL); /* RENAME_WHITEOUT: no overlayfs upper */
-		return;
-	}
 	req_ctx(req, &ctx);
 	ret = shoal_rename(fs, &ctx, ino_in(fs, parent), name, ino_in(fs, newparent), newname,
 			   flags);
