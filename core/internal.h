@@ -84,6 +84,8 @@ struct shoal_inode {
 	uint64_t i_data_gen;    /* dev write generation of its last data write */
 	uint64_t i_fsync_ns;    /* monotonic time of its last fsync/fdatasync */
 	int i_freed;            /* destroyed: out of the hash, blocks freed */
+	int i_linkable;         /* fs_lock: an O_TMPFILE inode with no link yet,
+				 * which linkat may name (do_link) */
 	int i_free_wanted;      /* cluster: another node tried to free it (its
 				 * iopen callback) while in use here */
 	struct glock *i_gl;     /* its inode glock (cache generation) */

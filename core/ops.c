@@ -483,7 +483,8 @@ static int setattr_allowed(struct shoal_fs *fs, struct shoal_inode *ip,
 
 /*
  * Create an inode named name in parent: the shared part of mknod, mkdir,
- * symlink and create.  Returns with *ipp referenced.
+ * symlink, create and tmpfile (name NULL: an inode with no name and no
+ * link, UNLINKED in its bitmap, i_linkable).  Returns with *ipp referenced.
  */
 static int make_node(struct shoal_fs *fs, const struct shoal_ctx *ctx, uint64_t parent,
 		     const char *name, mode_t mode, dev_t rdev, const char *target,
@@ -493,11 +494,11 @@ static int make_node(struct shoal_fs *fs, const struct shoal_ctx *ctx, uint64_t 
 	struct acl_new an = { 0 };
 	uint64_t ino;
 	gid_t gid;
-	int err = check_name(name);
+	int err = name ? check_name(name) : 0;
 
 	if (err)
 		return is_dot(name) ? -EEXIST : err;
-	if (is_dot(name))
+	if (name && is_dot(name))
 		return -EEXIST;
 	err = hold(fs, parent, GL_EX);
 	if (err)
@@ -516,18 +517,20 @@ static int make_node(struct shoal_fs *fs, const struct shoal_ctx *ctx, uint64_t 
 		err = -EPERM; /* CAP_MKNOD */
 		goto out_dp;
 	}
-	err = dir_lookup(fs, dp, name, &ino, NULL);
-	if (err != -ENOENT) {
-		err = err ? err : -EEXIST;
-		goto out_dp;
+	if (name) {
+		err = dir_lookup(fs, dp, name, &ino, NULL);
+		if (err != -ENOENT) {
+			err = err ? err : -EEXIST;
+			goto out_dp;
+		}
+		if (S_ISDIR(mode) && ip_di(dp)->di_nlink >= SHOAL_LINK_MAX) {
+			err = -EMLINK;
+			goto out_dp;
+		}
+		err = dir_make_room(fs, dp, name);
+		if (err)
+			goto out_dp;
 	}
-	if (S_ISDIR(mode) && ip_di(dp)->di_nlink >= SHOAL_LINK_MAX) {
-		err = -EMLINK;
-		goto out_dp;
-	}
-	err = dir_make_room(fs, dp, name);
-	if (err)
-		goto out_dp;
 	/* the set-ID rules below see the mode asked for, as inode_init_owner
 	 * runs before ext4_init_acl */
 	mode_t acl_mode = mode;
@@ -581,6 +584,18 @@ static int make_node(struct shoal_fs *fs, const struct shoal_ctx *ctx, uint64_t 
 			inode_put(fs, ip);
 			goto out_dp;
 		}
+	}
+	if (!name) {
+		/* an orphan from the start (FORMAT.md 10), until linkat names it */
+		err = rg_set_state(fs, ip->i_ino, SHOAL_B_UNLINKED);
+		ip_di(ip)->di_nlink = 0;
+		if (err) {
+			inode_put(fs, ip);
+			goto out_dp;
+		}
+		ip->i_linkable = 1;
+		*ipp = ip;
+		goto out_dp;
 	}
 	err = dir_add(fs, dp, name, ip->i_ino, mode_dt(mode));
 	if (err) {
@@ -729,6 +744,27 @@ static int do_create(struct shoal_fs *fs, const struct shoal_ctx *ctx, uint64_t 
 	return err;
 }
 
+/* O_TMPFILE (shoal.h): flags are the open's; O_EXCL is the kernel's business
+ * (it alone decides whether linkat may name the file: I_LINKABLE). */
+static int do_tmpfile(struct shoal_fs *fs, const struct shoal_ctx *ctx, uint64_t parent,
+		      mode_t mode, int flags, struct stat *st)
+{
+	struct shoal_inode *ip;
+	int err;
+
+	(void)flags;
+	if ((mode & S_IFMT) && !S_ISREG(mode))
+		return -EINVAL;
+	LOCK(fs);
+	err = make_node(fs, ctx, parent, NULL, S_IFREG | (mode & 07777), 0, NULL, &ip);
+	if (!err) {
+		ip->i_open++;
+		err = finish_node(fs, ip, st);
+	}
+	UNLOCK(fs);
+	return err;
+}
+
 static int do_link(struct shoal_fs *fs, uint64_t ino, uint64_t newparent, const char *newname,
 	       struct stat *st)
 {
@@ -759,10 +795,13 @@ static int do_link(struct shoal_fs *fs, uint64_t ino, uint64_t newparent, const 
 		err = -EPERM;
 		goto out_ip;
 	}
-	if (ip_di(ip)->di_nlink == 0) {
-		err = -ENOENT;
+	if (ip_di(ip)->di_nlink == 0 && !ip->i_linkable) {
+		err = -ENOENT; /* unlinked, not an O_TMPFILE file */
 		goto out_ip;
 	}
+	/* naming a tmpfile moves its bitmap entry from UNLINKED to DINODE */
+	if (ip_di(ip)->di_nlink == 0 && (err = rg_hold_of(fs, ip->i_ino)))
+		goto out_ip;
 	if (ip_di(ip)->di_nlink >= SHOAL_LINK_MAX) {
 		err = -EMLINK;
 		goto out_ip;
@@ -788,6 +827,12 @@ static int do_link(struct shoal_fs *fs, uint64_t ino, uint64_t newparent, const 
 		goto out_dp;
 	inode_touch(dp, 0, 1, 1);
 	inode_dirty(fs, ip, 1);
+	if (ip_di(ip)->di_nlink == 0) {
+		err = rg_set_state(fs, ip->i_ino, SHOAL_B_DINODE);
+		if (err)
+			goto out_dp;
+		ip->i_linkable = 0;
+	}
 	ip_di(ip)->di_nlink++;
 	inode_touch(ip, 0, 0, 1);
 	inode_lookups(ip, ip->i_nlookup + 1);
@@ -1840,6 +1885,12 @@ int shoal_create(struct shoal_fs *fs, const struct shoal_ctx *ctx, uint64_t pare
 		shoal_forget(fs, (uint64_t)st->st_ino, 1);
 	}
 	return err;
+}
+
+int shoal_tmpfile(struct shoal_fs *fs, const struct shoal_ctx *ctx, uint64_t parent,
+		  mode_t mode, int flags, struct stat *st)
+{
+	return RUN(fs, do_tmpfile(fs, ctx, parent, mode, flags, st));
 }
 
 int shoal_link(struct shoal_fs *fs, uint64_t ino, uint64_t newparent, const char *newname,

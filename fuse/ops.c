@@ -544,8 +544,13 @@ static void op_create(fuse_req_t req, fuse_ino_t parent, const char *name, mode_
 	int ret;
 
 	req_ctx(req, &ctx);
-	names_note(parent, name);
-	ret = shoal_create(fs, &ctx, ino_in(fs, parent), name, mode, fi->flags, &st);
+	if (!strcmp(name, "/")) {
+		/* O_TMPFILE (fuse/main.c kp_read): no name, no entry to note */
+		ret = shoal_tmpfile(fs, &ctx, ino_in(fs, parent), mode, fi->flags, &st);
+	} else {
+		names_note(parent, name);
+		ret = shoal_create(fs, &ctx, ino_in(fs, parent), name, mode, fi->flags, &st);
+	}
 	if (ret < 0)
 		goto out_err;
 	ret = fill_entry(fs, &st, &e, 1);

@@ -4,7 +4,8 @@
  * RENAME_WHITEOUT"), as ext4 has them, called on a mounted image without
  * FUSE: renameat2 RENAME_WHITEOUT (the source name becomes a character
  * device 0:0 in the same transaction; with NOREPLACE, never with
- * EXCHANGE).  After each test the tree is walked (treecheck.h, blocks in
+ * EXCHANGE), and O_TMPFILE (an unnamed file, an orphan until linkat names
+ * it: freed at its last close, or by the next mount after a crash).  After each test the tree is walked (treecheck.h, blocks in
  * use exact) and fsck.shoal -n must find the image clean.
  */
 #include <errno.h>
@@ -201,10 +202,122 @@ static void test_rename_whiteout(void **state)
 	env_fini(&e);
 }
 
+
+static uint64_t bfree(struct env *e)
+{
+	struct statvfs sv;
+	assert_int_equal(shoal_statfs(e->e_fs, &sv), 0);
+	return sv.f_bfree;
+}
+
+static void write_bytes(struct env *e, uint64_t ino, char c, size_t len, uint64_t off)
+{
+	char *buf = malloc(len);
+	assert_non_null(buf);
+	memset(buf, c, len);
+	assert_int_equal(shoal_write(e->e_fs, &root_ctx, ino, buf, len, off, O_RDWR),
+			 (ssize_t)len);
+	free(buf);
+}
+
+static void close_forget(struct env *e, uint64_t ino)
+{
+	assert_int_equal(shoal_release(e->e_fs, ino, O_RDWR), 0);
+	shoal_forget(e->e_fs, ino, 1);
+}
+
+static void test_tmpfile(void **state)
+{
+	struct env e;
+	struct stat st, st2;
+	char buf[16];
+	(void)state;
+	env_init(&e);
+	uint64_t r = e.e_root, d = mkdir_(&e, r, "d"), f = mkfile(&e, r, "f");
+	uint64_t free0 = bfree(&e);
+
+	assert_int_equal(shoal_tmpfile(e.e_fs, &root_ctx, f, 0600, O_RDWR, &st), -ENOTDIR);
+	/* an unnamed file with no links, whose blocks count until it goes */
+	assert_int_equal(shoal_tmpfile(e.e_fs, &root_ctx, d, 0640, O_RDWR, &st), 0);
+	assert_true(S_ISREG(st.st_mode));
+	assert_int_equal(st.st_mode & 07777, 0640);
+	assert_int_equal(st.st_nlink, 0);
+	uint64_t t = st.st_ino;
+	write_bytes(&e, t, 'x', 3 * e.e_bs, 0);
+	assert_true(bfree(&e) < free0);
+	assert_int_equal(shoal_getattr(e.e_fs, d, &st), 0);
+	assert_int_equal(st.st_nlink, 2);
+	/* the last close frees it */
+	close_forget(&e, t);
+	assert_int_equal(bfree(&e), free0);
+
+	/* linkat names it: one link, the data under the name, kept */
+	assert_int_equal(shoal_tmpfile(e.e_fs, &root_ctx, d, 0600, O_RDWR, &st), 0);
+	t = st.st_ino;
+	write_bytes(&e, t, 'y', 10, 0);
+	assert_int_equal(shoal_link(e.e_fs, t, r, "named", &st2), 0);
+	shoal_forget(e.e_fs, t, 1);
+	assert_int_equal(st2.st_nlink, 1);
+	assert_int_equal(shoal_link(e.e_fs, t, d, "again", &st2), 0); /* now an ordinary file */
+	shoal_forget(e.e_fs, t, 1);
+	assert_int_equal(st2.st_nlink, 2);
+	close_forget(&e, t);
+	assert_int_equal(look(&e, r, "named", &st), 0);
+	assert_int_equal(st.st_ino, t);
+	assert_int_equal(shoal_read(e.e_fs, t, buf, sizeof(buf), 0, O_RDONLY), 10);
+	assert_memory_equal(buf, "yyyyyyyyyy", 10);
+
+	/* a file unlinked while open is not a tmpfile: linkat gives ENOENT */
+	struct stat o;
+	assert_int_equal(shoal_lookup(e.e_fs, r, "f", &o), 0);
+	assert_int_equal(shoal_open(e.e_fs, f, O_RDWR), 0);
+	assert_int_equal(shoal_unlink(e.e_fs, &root_ctx, r, "f"), 0);
+	assert_int_equal(shoal_link(e.e_fs, f, r, "f2", &st2), -ENOENT);
+	close_forget(&e, f);
+
+	env_remount(&e);
+	assert_int_equal(look(&e, d, "again", &st), 0);
+	assert_int_equal(st.st_nlink, 2);
+	assert_int_equal(st.st_size, 10);
+	env_fini(&e);
+}
+
+/* The image as a crash would leave it: a sparse copy of the file. */
+static char *copy_image(const char *path)
+{
+	char *dst = tu_tmpimage(4096), cmd[2 * PATH_MAX + 64];
+	snprintf(cmd, sizeof(cmd), "cp --sparse=always '%s' '%s'", path, dst);
+	assert_int_equal(system(cmd), 0);
+	return dst;
+}
+
+/* A tmpfile open at a crash is an orphan: the next mount frees it. */
+static void test_tmpfile_crash(void **state)
+{
+	struct env e, c;
+	struct stat st;
+	(void)state;
+	env_init(&e);
+	uint64_t free0 = bfree(&e);
+
+	assert_int_equal(shoal_tmpfile(e.e_fs, &root_ctx, e.e_root, 0600, O_RDWR, &st), 0);
+	write_bytes(&e, st.st_ino, 'z', 5 * e.e_bs, 0);
+	assert_int_equal(shoal_fsync(e.e_fs, st.st_ino, 0), 0); /* the journal has it */
+	c.e_path = copy_image(e.e_path);
+	close_forget(&e, st.st_ino);
+	env_fini(&e);
+
+	env_mount(&c); /* replays the journal, frees the orphan */
+	assert_int_equal(bfree(&c), free0);
+	env_fini(&c);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_rename_whiteout),
+		cmocka_unit_test(test_tmpfile),
+		cmocka_unit_test(test_tmpfile_crash),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
