@@ -1,7 +1,9 @@
 /*
  * falloc.c - fallocate(2) with the modes of ext4 (man 2 fallocate):
  * allocate (zeroed blocks, as there are no unwritten extents), punch holes
- * (FALLOC_FL_PUNCH_HOLE) and zero a range (FALLOC_FL_ZERO_RANGE).
+ * (FALLOC_FL_PUNCH_HOLE), zero a range (FALLOC_FL_ZERO_RANGE), and take a
+ * range out of a file or put a hole into it, moving what follows
+ * (FALLOC_FL_COLLAPSE_RANGE, FALLOC_FL_INSERT_RANGE).
  *
  * Invariants:
  *  (1) every mode but plain allocation (which only fills holes) holds the
@@ -65,6 +67,11 @@ static int mode_check(struct shoal_fs *fs, int mode, uint64_t off, uint64_t len)
 		break;
 	case FALLOC_FL_PUNCH_HOLE:
 		if (!(mode & FALLOC_FL_KEEP_SIZE))
+			return -EOPNOTSUPP;
+		break;
+	case FALLOC_FL_COLLAPSE_RANGE:
+	case FALLOC_FL_INSERT_RANGE:
+		if (mode & FALLOC_FL_KEEP_SIZE)
 			return -EOPNOTSUPP;
 		break;
 	default:
@@ -196,6 +203,155 @@ static int zero(struct shoal_fs *fs, struct shoal_inode *ip, uint64_t off, uint6
 	return allocate(fs, ip, off, len);
 }
 
+/* A run of mapped logical blocks. */
+struct mrun {
+	uint64_t mr_start, mr_count;
+};
+
+/* The mapped runs of ip at logical blocks >= from, ascending (malloc'd). */
+static int mapped_runs(struct shoal_fs *fs, struct shoal_inode *ip, uint64_t from,
+		       struct mrun **out, size_t *nout)
+{
+	uint64_t lim = bmap_max_blocks(fs, ip_di(ip)->di_height), l = from;
+	struct mrun *r = NULL;
+	size_t n = 0, cap = 0;
+
+	while (l < lim) {
+		uint64_t p;
+		uint32_t run;
+		int err = bmap_get(fs, ip, l, &p, &run);
+		if (err) {
+			free(r);
+			return err;
+		}
+		if (p && n && r[n - 1].mr_start + r[n - 1].mr_count == l) {
+			r[n - 1].mr_count += run;
+		} else if (p) {
+			if (n == cap) {
+				struct mrun *x = realloc(r, (cap = cap ? 2 * cap : 64) * sizeof(*r));
+				if (!x) {
+					free(r);
+					return -ENOMEM;
+				}
+				r = x;
+			}
+			r[n++] = (struct mrun){ l, run };
+		}
+		l += run;
+	}
+	*out = r;
+	*nout = n;
+	return 0;
+}
+
+/* Free the indirect blocks over the holes of [from, to) that hold nothing
+ * (bmap.c (3)): the moves of shift can empty them. */
+static int free_empty(struct shoal_fs *fs, struct shoal_inode *ip, uint64_t from, uint64_t to)
+{
+	while (from < to) {
+		uint64_t p;
+		uint32_t run;
+		int err = bmap_get(fs, ip, from, &p, &run);
+		uint64_t end = to - from < run ? to : from + run;
+		if (!err && !p) {
+			err = trans_begin(fs, RES_META + SHOAL_MAX_HEIGHT * 2);
+			if (!err)
+				err = bmap_punch(fs, ip, from, end);
+		}
+		if (err)
+			return err;
+		from = end;
+	}
+	return 0;
+}
+
+/*
+ * FALLOC_FL_COLLAPSE_RANGE (collapse) and FALLOC_FL_INSERT_RANGE, block
+ * aligned: collapse frees the blocks of the range and moves every mapped
+ * block after it down by len; insert moves every mapped block from off on
+ * up by len (from the last), leaving a hole.  Blocks stay where they are
+ * on the device: only their pointers move (bmap_move), 64 to a transaction
+ * step, each step leaving the map consistent; the size changes last.  So a
+ * shift larger than one transaction is not atomic across a crash (the
+ * file's map is then part moved, its size the old one; fsck finds it
+ * clean), as ext4's, whose extent shifting restarts its handle too.
+ */
+static int shift(struct shoal_fs *fs, struct shoal_inode *ip, int collapse, uint64_t off,
+		 uint64_t len)
+{
+	struct shoal_dinode *di = ip_di(ip);
+	uint64_t first = off >> fs->fs_bshift, n = len >> fs->fs_bshift, top, moved = 0;
+	struct mrun *r;
+	size_t nr;
+	int err = 0;
+
+	if (collapse)
+		err = bmap_punch(fs, ip, first, first + n);
+	else if (di->di_height == 0)
+		err = bmap_unstuff(fs, ip); /* its data moves as block 0 */
+	if (!err)
+		err = mapped_runs(fs, ip, collapse ? first + n : first, &r, &nr);
+	if (err)
+		return err;
+	top = nr ? r[nr - 1].mr_start + r[nr - 1].mr_count : first + n;
+	for (size_t k = 0; k < nr && !err; k++) {
+		const struct mrun *x = collapse ? &r[k] : &r[nr - 1 - k];
+		for (uint64_t i = 0; i < x->mr_count && !err; i++) {
+			uint64_t l = collapse ? x->mr_start + i : x->mr_start + x->mr_count - 1 - i;
+			if (++moved % 64 == 0)
+				err = trans_begin(fs, RES_META + SHOAL_MAX_HEIGHT * 6);
+			if (!err)
+				err = bmap_move(fs, ip, l, collapse ? l - n : l + n);
+		}
+	}
+	free(r);
+	if (!err)
+		err = free_empty(fs, ip, first, collapse ? top : top + n);
+	if (err)
+		return err;
+	inode_dirty(fs, ip, 1);
+	if (collapse)
+		di->di_size -= len;
+	else
+		di->di_size += len;
+	return 0;
+}
+
+/*
+ * Blocks a mode may allocate: the range (allocation, zero), the indirect
+ * blocks the moved pointers need (a shift: at most one per leaf of the
+ * file's blocks, plus a path and a height's growth), none for a punch.
+ */
+static uint64_t alloc_need(struct shoal_fs *fs, struct shoal_inode *ip, int fmode, uint64_t len)
+{
+	uint64_t blocks = ip_di(ip)->di_blocks;
+
+	switch (fmode) {
+	case FALLOC_FL_PUNCH_HOLE:
+		return 0;
+	case FALLOC_FL_COLLAPSE_RANGE:
+	case FALLOC_FL_INSERT_RANGE:
+		return blocks / SHOAL_IND_PTRS(fs->fs_bsize) + 1 + SHOAL_MAX_HEIGHT * 4;
+	default:
+		return (len >> fs->fs_bshift) + 2;
+	}
+}
+
+/* ext4_collapse_range's and ext4_insert_range's checks of the range. */
+static int shift_check(struct shoal_fs *fs, struct shoal_inode *ip, int fmode, uint64_t off,
+		       uint64_t len)
+{
+	uint64_t size = ip_di(ip)->di_size;
+
+	if ((off | len) & (fs->fs_bsize - 1))
+		return -EINVAL;
+	if (fmode == FALLOC_FL_COLLAPSE_RANGE)
+		return off + len >= size ? -EINVAL : 0;
+	if (len > file_max_bytes(fs) - size)
+		return -EFBIG;
+	return off >= size ? -EINVAL : 0;
+}
+
 static int fallocate_locked(struct shoal_fs *fs, uint64_t ino, int mode, uint64_t off,
 			    uint64_t len)
 {
@@ -204,6 +360,7 @@ static int fallocate_locked(struct shoal_fs *fs, uint64_t ino, int mode, uint64_
 	uint32_t bs = fs->fs_bsize;
 	int fmode = mode & ~FALLOC_FL_KEEP_SIZE, keep = mode & FALLOC_FL_KEEP_SIZE;
 	uint64_t end = off + len;
+	int shifts = fmode == FALLOC_FL_COLLAPSE_RANGE || fmode == FALLOC_FL_INSERT_RANGE;
 	int err, cap;
 
 	LOCK(fs);
@@ -231,10 +388,19 @@ static int fallocate_locked(struct shoal_fs *fs, uint64_t ino, int mode, uint64_
 		err = -EPERM;
 		goto out_put;
 	}
+	if (shifts) {
+		err = shift_check(fs, ip, fmode, off, len);
+		/* every block from off on may be freed (collapse) or leave an
+		 * indirect block empty (both): hold all their groups */
+		if (!err)
+			err = bmap_hold_free_rgs(fs, ip, off >> fs->fs_bshift, UINT64_MAX);
+		if (err)
+			goto out_put;
+	}
 	err = ops_kill_priv_prepare(fs, perm_caller(), ip, &cap);
 	if (!err)
-		err = trans_begin_alloc(fs, trans_rg_blocks(fs) + RES_META * 2,
-					fmode == FALLOC_FL_PUNCH_HOLE ? 0 : (len >> fs->fs_bshift) + 2);
+		err = trans_begin_alloc(fs, trans_rg_blocks(fs) + RES_META * 2 + SHOAL_MAX_HEIGHT * 6,
+					alloc_need(fs, ip, fmode, len));
 	if (!err) /* ext4's file_modified(): every mode drops them */
 		err = ops_kill_priv(fs, perm_caller(), ip, cap);
 	if (err)
@@ -246,13 +412,17 @@ static int fallocate_locked(struct shoal_fs *fs, uint64_t ino, int mode, uint64_
 	case FALLOC_FL_ZERO_RANGE:
 		err = zero(fs, ip, off, len);
 		break;
+	case FALLOC_FL_COLLAPSE_RANGE:
+	case FALLOC_FL_INSERT_RANGE:
+		err = shift(fs, ip, fmode == FALLOC_FL_COLLAPSE_RANGE, off, len);
+		break;
 	default:
 		err = allocate(fs, ip, off, len);
 		break;
 	}
 	if (err)
 		goto out_put;
-	if (!keep && end > di->di_size) {
+	if (!keep && !shifts && fmode != FALLOC_FL_PUNCH_HOLE && end > di->di_size) {
 		inode_dirty(fs, ip, 1);
 		di->di_size = end;
 	}

@@ -401,6 +401,11 @@ int bmap_free_rgs(struct shoal_fs *fs, struct shoal_inode *ip, uint64_t from, ui
 /* Cluster: hold EX exactly those groups (0 / -ERESTART / -errno): freeing
  * asks only the nodes that hold them, in the global order of op_wait. */
 int bmap_hold_free_rgs(struct shoal_fs *fs, struct shoal_inode *ip, uint64_t from, uint64_t to);
+/* Move the data block at logical block from to logical block to, a hole
+ * (nothing if from is a hole), inside the running transaction: the block
+ * stays where it is on the device; to's indirect blocks are made as
+ * needed, from's may be left empty (bmap_punch of the range frees them). */
+int bmap_move(struct shoal_fs *fs, struct shoal_inode *ip, uint64_t from, uint64_t to);
 /* Move inline data into a first data block. */
 int bmap_unstuff(struct shoal_fs *fs, struct shoal_inode *ip);
 /* Next logical block >= lblk that is mapped (data) or a hole; -ENXIO none */

@@ -1,8 +1,10 @@
 /*
  * test_falloc.c - fallocate(2) modes of libshoal as ext4 has them
  * (ext4_fallocate, man 2 fallocate), called on a mounted image without
- * FUSE: FALLOC_FL_ZERO_RANGE with and without KEEP_SIZE, and each mode's
- * error cases.  After each test the tree is walked (treecheck.h, blocks in
+ * FUSE: FALLOC_FL_ZERO_RANGE with and without KEEP_SIZE,
+ * FALLOC_FL_COLLAPSE_RANGE and FALLOC_FL_INSERT_RANGE (which Linux's FUSE
+ * does not pass on: libshoal has them for the day it does), and each
+ * mode's error cases.  After each test the tree is walked (treecheck.h, blocks in
  * use exact) and fsck.shoal -n must find the image clean.
  * (Allocation and punching: test_core_ops test_fallocate_punch.)
  */
@@ -311,12 +313,133 @@ static void test_zero_range_inline(void **state)
 	env_fini(&e);
 }
 
+
+/* COLLAPSE_RANGE or INSERT_RANGE in place and in the model. */
+static void shift(struct env *e, struct model *m, uint64_t ino, int mode, uint64_t off,
+		  uint64_t len)
+{
+	assert_int_equal(shoal_fallocate(e->e_fs, ino, mode, off, len), 0);
+	uint64_t old = m->m_size;
+	if (mode == FALLOC_FL_COLLAPSE_RANGE) {
+		memmove(m->m_buf + off, m->m_buf + off + len, old - off - len);
+		m->m_size = old - len;
+	} else {
+		model_grow(m, old + len);
+		memmove(m->m_buf + off + len, m->m_buf + off, old - off);
+		memset(m->m_buf + off, 0, len);
+	}
+}
+
+static void test_collapse_insert_errors(void **state)
+{
+	struct env e;
+	struct stat st;
+	(void)state;
+	env_init(&e);
+	uint64_t bs = e.e_bs, f = mkfile(&e, "f");
+	int C = FALLOC_FL_COLLAPSE_RANGE, I = FALLOC_FL_INSERT_RANGE;
+
+	write_pattern(&e, f, 0, 10 * bs + 5, 1);
+	/* one mode at a time; never with KEEP_SIZE (vfs_fallocate) */
+	assert_int_equal(shoal_fallocate(e.e_fs, f, C | FALLOC_FL_KEEP_SIZE, 0, bs), -EOPNOTSUPP);
+	assert_int_equal(shoal_fallocate(e.e_fs, f, I | FALLOC_FL_KEEP_SIZE, 0, bs), -EOPNOTSUPP);
+	assert_int_equal(shoal_fallocate(e.e_fs, f, C | I, 0, bs), -EOPNOTSUPP);
+	assert_int_equal(shoal_fallocate(e.e_fs, f, C | FALLOC_FL_PUNCH_HOLE, 0, bs), -EOPNOTSUPP);
+	/* offset and length multiples of the block size (ext4: EINVAL) */
+	assert_int_equal(shoal_fallocate(e.e_fs, f, C, 100, bs), -EINVAL);
+	assert_int_equal(shoal_fallocate(e.e_fs, f, C, 0, bs + 1), -EINVAL);
+	assert_int_equal(shoal_fallocate(e.e_fs, f, I, bs, 512), -EINVAL);
+	/* COLLAPSE: the range must end before the end of file */
+	assert_int_equal(shoal_fallocate(e.e_fs, f, C, 8 * bs, 3 * bs), -EINVAL);
+	assert_int_equal(shoal_fallocate(e.e_fs, f, C, 10 * bs, bs), -EINVAL);
+	assert_int_equal(shoal_fallocate(e.e_fs, f, C, 9 * bs, bs), 0); /* ends at 10 bs < size */
+	assert_int_equal(shoal_getattr(e.e_fs, f, &st), 0);
+	assert_int_equal(st.st_size, 9 * bs + 5);
+	/* INSERT: the offset must be inside the file; the size may not pass the maximum */
+	assert_int_equal(shoal_fallocate(e.e_fs, f, I, 10 * bs, bs), -EINVAL); /* size 9 bs + 5 */
+	assert_int_equal(shoal_fallocate(e.e_fs, f, I, 20 * bs, bs), -EINVAL);
+	uint64_t big = ((uint64_t)INT64_MAX / bs) * bs;
+	assert_int_equal(shoal_fallocate(e.e_fs, f, I, 0, big), -EFBIG);
+	assert_int_equal(shoal_getattr(e.e_fs, f, &st), 0);
+	assert_int_equal(st.st_size, 9 * bs + 5);
+	/* a directory; append-only and immutable files */
+	assert_int_equal(shoal_mkdir(e.e_fs, &root_ctx, e.e_root, "d", 0755, &st), 0);
+	shoal_forget(e.e_fs, st.st_ino, 1);
+	assert_int_equal(shoal_fallocate(e.e_fs, st.st_ino, C, 0, bs), -EISDIR);
+	assert_int_equal(shoal_setflags(e.e_fs, &root_ctx, f, FS_APPEND_FL), 0);
+	assert_int_equal(shoal_fallocate(e.e_fs, f, C, 0, bs), -EPERM);
+	assert_int_equal(shoal_fallocate(e.e_fs, f, I, 0, bs), -EPERM);
+	assert_int_equal(shoal_setflags(e.e_fs, &root_ctx, f, FS_IMMUTABLE_FL), 0);
+	assert_int_equal(shoal_fallocate(e.e_fs, f, I, 0, bs), -EPERM);
+	assert_int_equal(shoal_setflags(e.e_fs, &root_ctx, f, 0), 0);
+	env_fini(&e);
+}
+
+static void test_collapse_insert(void **state)
+{
+	struct env e;
+	struct model m = { 0 };
+	(void)state;
+	env_init(&e);
+	uint64_t bs = e.e_bs, per = (bs - 32) / 8;
+	int C = FALLOC_FL_COLLAPSE_RANGE, I = FALLOC_FL_INSERT_RANGE;
+	uint64_t f = mkfile(&e, "f");
+
+	/* two levels of the map, a hole in the middle, an unaligned end */
+	model_write(&e, &m, f, 0, 100 * bs, 1);
+	model_write(&e, &m, f, 300 * bs, (per + 50) * bs + 77, 2);
+	uint64_t free0 = bfree(&e), used0 = nblocks(&e, f);
+
+	shift(&e, &m, f, C, 10 * bs, 5 * bs); /* data blocks freed, the rest moves down */
+	check_model(&e, &m, f);
+	assert_int_equal(bfree(&e) - free0, 5);
+	shift(&e, &m, f, C, 90 * bs, 100 * bs); /* across data and hole */
+	check_model(&e, &m, f);
+	shift(&e, &m, f, I, 20 * bs, 3 * bs); /* a hole opens, the rest moves up */
+	check_model(&e, &m, f);
+	shift(&e, &m, f, I, 0, per * bs); /* everything moves past an indirect block */
+	check_model(&e, &m, f);
+	shift(&e, &m, f, C, 0, per * bs); /* and back */
+	check_model(&e, &m, f);
+	/* the file's blocks are its data blocks and the indirect ones they need */
+	assert_true(nblocks(&e, f) <= used0);
+	/* write into the hole an insert opened, then collapse it away again */
+	model_write(&e, &m, f, 20 * bs + 10, 100, 3);
+	check_model(&e, &m, f);
+	shift(&e, &m, f, C, 20 * bs, 3 * bs);
+	check_model(&e, &m, f);
+
+	/* KEEP_SIZE blocks beyond the end move with the rest (ext4 shifts them too) */
+	uint64_t sz = m.m_size;
+	assert_int_equal(shoal_fallocate(e.e_fs, f, FALLOC_FL_KEEP_SIZE, sz, 4 * bs), 0);
+	shift(&e, &m, f, I, bs, 2 * bs);
+	check_model(&e, &m, f);
+
+	/* an inline file: insert at 0 moves its data into a block */
+	uint64_t g = mkfile(&e, "g");
+	struct model mg = { 0 };
+	model_write(&e, &mg, g, 0, 1000, 4);
+	shift(&e, &mg, g, I, 0, 2 * bs);
+	check_model(&e, &mg, g);
+	shift(&e, &mg, g, C, 0, bs);
+	check_model(&e, &mg, g);
+
+	env_remount(&e);
+	check_model(&e, &m, f);
+	check_model(&e, &mg, g);
+	free(m.m_buf);
+	free(mg.m_buf);
+	env_fini(&e);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_zero_range_errors),
 		cmocka_unit_test(test_zero_range),
 		cmocka_unit_test(test_zero_range_inline),
+		cmocka_unit_test(test_collapse_insert_errors),
+		cmocka_unit_test(test_collapse_insert),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
