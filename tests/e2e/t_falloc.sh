@@ -18,7 +18,7 @@ fi
 img=$t_dir/img
 m=$t_dir/mnt
 t_mkfs "$img" 256M -J 8M
-t_mount "$img" "$m"
+t_mount_fg "$img" "$m" "$t_dir/mount.log"
 e4img=$t_dir/ext4.img
 e4=$t_dir/ext4
 mkdir -p "$e4"
@@ -166,5 +166,12 @@ ENOTSUP*)
 esac
 
 umount "$e4"
-t_umount_fsck "$m" "$img"
+rc=0
+t_umount "$m" || rc=$?
+check_eq "shoal-mount exits 0 at unmount (no sanitizer report)" 0 "$rc"
+[ "$rc" -eq 0 ] || tail -20 "$t_dir/mount.log" | sed 's/^/#   /'
+rc=0
+t_fsck "$img" >"$t_dir/fsck.out" 2>&1 || rc=$?
+check_eq "fsck.shoal -n is clean after the test" 0 "$rc"
+[ "$rc" -eq 0 ] || tail -20 "$t_dir/fsck.out" | sed 's/^/#   /'
 t_done

@@ -17,7 +17,7 @@ fi
 img=$t_dir/img
 m=$t_dir/mnt
 t_mkfs "$img" 256M -J 8M
-t_mount "$img" "$m"
+t_mount_fg "$img" "$m" "$t_dir/mount.log"
 e4img=$t_dir/ext4.img
 e4=$t_dir/ext4
 mkdir -p "$e4"
@@ -148,7 +148,7 @@ elif ! ovmount 2>"$t_dir/ov.err"; then
 	sed 's/^/#   /' "$t_dir/ov.err"
 	dmesg 2>/dev/null | grep -i overlay | tail -3 | sed 's/^/#   /'
 else
-	t_mounts+=("$ov")
+	t_mounts=("$ov" "${t_mounts[@]}") # unmounted first, should the test stop
 	ok "overlayfs mounts with upperdir and workdir on shoal"
 	check_eq "no overlayfs warning about the upper layer" "" \
 		"$(dmesg 2>/dev/null | tail -20 | grep -i 'overlayfs: upper fs' | grep -E 'tmpfile|WHITEOUT|missing' | tail -2)"
@@ -173,7 +173,10 @@ else
 			printf '%s:%s ' "$n" "$(stat -c '%F' "$n" | sed 's/regular file/f/; s/character special file/c/')$(stat -c '%F' "$n" | grep -q character && stat -c '%t:%T' "$n")"
 		done | sed 's/ $//')"
 	umount "$ov"
-	t_remount "$img" "$m"
+	rc=0
+	t_umount "$m" || rc=$?
+	check_eq "shoal-mount exits 0 at the first unmount" 0 "$rc"
+	t_mount_fg "$img" "$m" "$t_dir/mount2.log"
 	if ovmount; then
 		check_eq "the same view after the overlay and shoal are mounted again" "$want" "$(view "$ov")"
 		umount "$ov"
@@ -183,5 +186,12 @@ else
 fi
 
 umount "$e4"
-t_umount_fsck "$m" "$img"
+rc=0
+t_umount "$m" || rc=$?
+check_eq "shoal-mount exits 0 at unmount (no sanitizer report)" 0 "$rc"
+[ "$rc" -eq 0 ] || tail -20 "$t_dir/mount.log" | sed 's/^/#   /'
+rc=0
+t_fsck "$img" >"$t_dir/fsck.out" 2>&1 || rc=$?
+check_eq "fsck.shoal -n is clean after the test" 0 "$rc"
+[ "$rc" -eq 0 ] || tail -20 "$t_dir/fsck.out" | sed 's/^/#   /'
 t_done
