@@ -399,7 +399,8 @@ static int fallocate_locked(struct shoal_fs *fs, uint64_t ino, int mode, uint64_
 	}
 	err = ops_kill_priv_prepare(fs, perm_caller(), ip, &cap);
 	if (!err)
-		err = trans_begin_alloc(fs, trans_rg_blocks(fs) + RES_META * 2 + SHOAL_MAX_HEIGHT * 6,
+		err = trans_begin_alloc(fs, trans_rg_blocks(fs) + RES_META * 2 +
+						    (shifts ? SHOAL_MAX_HEIGHT * 6 : 0),
 					alloc_need(fs, ip, fmode, len));
 	if (!err) /* ext4's file_modified(): every mode drops them */
 		err = ops_kill_priv(fs, perm_caller(), ip, cap);
@@ -422,7 +423,7 @@ static int fallocate_locked(struct shoal_fs *fs, uint64_t ino, int mode, uint64_
 	}
 	if (err)
 		goto out_put;
-	if (!keep && !shifts && fmode != FALLOC_FL_PUNCH_HOLE && end > di->di_size) {
+	if (!keep && !shifts && end > di->di_size) { /* a punch has KEEP_SIZE */
 		inode_dirty(fs, ip, 1);
 		di->di_size = end;
 	}
