@@ -277,20 +277,20 @@ static int free_empty(struct shoal_fs *fs, struct shoal_inode *ip, uint64_t from
  * clean), as ext4's, whose extent shifting restarts its handle too.
  */
 static int shift(struct shoal_fs *fs, struct shoal_inode *ip, int collapse, uint64_t off,
-		 uint64_t len)
+		 uint64_t len, const struct mrun *r, size_t nr)
 {
 	struct shoal_dinode *di = ip_di(ip);
 	uint64_t first = off >> fs->fs_bshift, n = len >> fs->fs_bshift, top, moved = 0;
-	struct mrun *r;
-	size_t nr;
+	static const struct mrun block0 = { 0, 1 };
 	int err = 0;
 
-	if (collapse)
+	if (collapse) {
 		err = bmap_punch(fs, ip, first, first + n);
-	else if (di->di_height == 0)
+	} else if (di->di_height == 0) {
 		err = bmap_unstuff(fs, ip); /* its data moves as block 0 */
-	if (!err)
-		err = mapped_runs(fs, ip, collapse ? first + n : first, &r, &nr);
+		r = &block0; /* insert needs off < size: the file had data */
+		nr = 1;
+	}
 	if (err)
 		return err;
 	top = nr ? r[nr - 1].mr_start + r[nr - 1].mr_count : first + n;
@@ -304,7 +304,6 @@ static int shift(struct shoal_fs *fs, struct shoal_inode *ip, int collapse, uint
 				err = bmap_move(fs, ip, l, collapse ? l - n : l + n);
 		}
 	}
-	free(r);
 	if (!err)
 		err = free_empty(fs, ip, first, collapse ? top : top + n);
 	if (err)
@@ -322,16 +321,24 @@ static int shift(struct shoal_fs *fs, struct shoal_inode *ip, int collapse, uint
  * blocks the moved pointers need (a shift: at most one per leaf of the
  * file's blocks, plus a path and a height's growth), none for a punch.
  */
-static uint64_t alloc_need(struct shoal_fs *fs, struct shoal_inode *ip, int fmode, uint64_t len)
+static uint64_t alloc_need(struct shoal_fs *fs, int fmode, uint64_t len, const struct mrun *r,
+			   size_t nr)
 {
-	uint64_t blocks = ip_di(ip)->di_blocks;
+	uint64_t per = SHOAL_IND_PTRS(fs->fs_bsize), leaves = 0, last = UINT64_MAX;
 
 	switch (fmode) {
 	case FALLOC_FL_PUNCH_HOLE:
 		return 0;
 	case FALLOC_FL_COLLAPSE_RANGE:
 	case FALLOC_FL_INSERT_RANGE:
-		return blocks / SHOAL_IND_PTRS(fs->fs_bsize) + 1 + SHOAL_MAX_HEIGHT * 4;
+		/* the pointers of one leaf land in at most two: count the
+		 * leaves the moved blocks are in now */
+		for (size_t k = 0; k < nr; k++) {
+			uint64_t a = r[k].mr_start / per, b = (r[k].mr_start + r[k].mr_count - 1) / per;
+			leaves += b - a + 1 - (a == last);
+			last = b;
+		}
+		return 2 * leaves + 2 * (leaves / per + 1) + SHOAL_MAX_HEIGHT * 4;
 	default:
 		return (len >> fs->fs_bshift) + 2;
 	}
@@ -361,6 +368,8 @@ static int fallocate_locked(struct shoal_fs *fs, uint64_t ino, int mode, uint64_
 	int fmode = mode & ~FALLOC_FL_KEEP_SIZE, keep = mode & FALLOC_FL_KEEP_SIZE;
 	uint64_t end = off + len;
 	int shifts = fmode == FALLOC_FL_COLLAPSE_RANGE || fmode == FALLOC_FL_INSERT_RANGE;
+	struct mrun *runs = NULL; /* a shift's blocks to move */
+	size_t nruns = 0;
 	int err, cap;
 
 	LOCK(fs);
@@ -394,6 +403,10 @@ static int fallocate_locked(struct shoal_fs *fs, uint64_t ino, int mode, uint64_
 		 * indirect block empty (both): hold all their groups */
 		if (!err)
 			err = bmap_hold_free_rgs(fs, ip, off >> fs->fs_bshift, UINT64_MAX);
+		if (!err)
+			err = mapped_runs(fs, ip, (fmode == FALLOC_FL_COLLAPSE_RANGE ? end : off) >>
+							 fs->fs_bshift,
+					  &runs, &nruns);
 		if (err)
 			goto out_put;
 	}
@@ -401,7 +414,7 @@ static int fallocate_locked(struct shoal_fs *fs, uint64_t ino, int mode, uint64_
 	if (!err)
 		err = trans_begin_alloc(fs, trans_rg_blocks(fs) + RES_META * 2 +
 						    (shifts ? SHOAL_MAX_HEIGHT * 6 : 0),
-					alloc_need(fs, ip, fmode, len));
+					alloc_need(fs, fmode, len, runs, nruns));
 	if (!err) /* ext4's file_modified(): every mode drops them */
 		err = ops_kill_priv(fs, perm_caller(), ip, cap);
 	if (err)
@@ -415,7 +428,7 @@ static int fallocate_locked(struct shoal_fs *fs, uint64_t ino, int mode, uint64_
 		break;
 	case FALLOC_FL_COLLAPSE_RANGE:
 	case FALLOC_FL_INSERT_RANGE:
-		err = shift(fs, ip, fmode == FALLOC_FL_COLLAPSE_RANGE, off, len);
+		err = shift(fs, ip, fmode == FALLOC_FL_COLLAPSE_RANGE, off, len, runs, nruns);
 		break;
 	default:
 		err = allocate(fs, ip, off, len);
@@ -430,6 +443,7 @@ static int fallocate_locked(struct shoal_fs *fs, uint64_t ino, int mode, uint64_
 	inode_dirty(fs, ip, 1);
 	inode_touch(ip, 0, !keep || fmode, 1);
 out_put:
+	free(runs);
 	inode_put(fs, ip);
 out:
 	UNLOCK(fs);
