@@ -4,7 +4,9 @@
  * FUSE: FALLOC_FL_ZERO_RANGE with and without KEEP_SIZE,
  * FALLOC_FL_COLLAPSE_RANGE and FALLOC_FL_INSERT_RANGE (which Linux's FUSE
  * does not pass on: libshoal has them for the day it does), and each
- * mode's error cases.  After each test the tree is walked (treecheck.h, blocks in
+ * mode's error cases; and a random run of every mode with writes and
+ * truncates against a model (SHOAL_FALLOC_SEED, SHOAL_FALLOC_STEPS: 400 by
+ * default; printed).  After each test the tree is walked (treecheck.h, blocks in
  * use exact) and fsck.shoal -n must find the image clean.
  * (Allocation and punching: test_core_ops test_fallocate_punch.)
  */
@@ -22,6 +24,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <cmocka.h>
@@ -432,6 +435,127 @@ static void test_collapse_insert(void **state)
 	env_fini(&e);
 }
 
+/*
+ * Random steps on two files, each checked against the model after every
+ * step: writes, truncates, punches, zero ranges (with and without
+ * KEEP_SIZE), collapses and inserts at random block-aligned places, and
+ * allocations beyond the end; a remount halfway.  SHOAL_FALLOC_SEED and
+ * SHOAL_FALLOC_STEPS (default 400) choose the run; the seed is printed.
+ */
+static uint64_t rnd_state;
+static uint64_t rnd(uint64_t n)
+{
+	rnd_state ^= rnd_state << 13;
+	rnd_state ^= rnd_state >> 7;
+	rnd_state ^= rnd_state << 17;
+	return n ? rnd_state % n : 0;
+}
+
+static void test_falloc_random(void **state)
+{
+	struct env e;
+	struct model m[2] = { { 0 }, { 0 } };
+	uint64_t f[2];
+	const char *sd = getenv("SHOAL_FALLOC_SEED"), *st = getenv("SHOAL_FALLOC_STEPS");
+	uint64_t seed = sd ? strtoull(sd, NULL, 0) : (uint64_t)time(NULL);
+	unsigned steps = st ? (unsigned)strtoul(st, NULL, 0) : 400;
+	unsigned done[9] = { 0 }; /* per op: collapses 5-6, inserts 7 that ran */
+	(void)state;
+
+	fprintf(stderr, "  SHOAL_FALLOC_SEED=%llu SHOAL_FALLOC_STEPS=%u\n", (unsigned long long)seed,
+		steps);
+	rnd_state = seed * 2654435761u + 1;
+	env_init(&e);
+	uint64_t bs = e.e_bs, maxb = 700; /* blocks: past the first indirect block */
+	f[0] = mkfile(&e, "r0");
+	f[1] = mkfile(&e, "r1");
+	for (unsigned i = 0; i < steps; i++) {
+		int k = (int)rnd(2);
+		struct model *mm = &m[k];
+		uint64_t size = mm->m_size, nb = (size + bs - 1) / bs;
+		uint64_t off = rnd(maxb * bs), len = 1 + rnd(40 * bs);
+		int op = (int)rnd(9), keep = (int)rnd(2);
+		uint64_t a = rnd(nb + 1) * bs, l = (1 + rnd(30)) * bs;
+
+		if (off + len > maxb * bs)
+			len = maxb * bs - off;
+		if (len == 0)
+			len = 1;
+		switch (op) {
+		case 0:
+		case 1:
+			if (rnd(3) == 0) /* small, often inline */
+				off = rnd(3000), len = 1 + rnd(800);
+			model_write(&e, mm, f[k], off, (size_t)len, 1 + i);
+			break;
+		case 2: {
+			uint64_t to = rnd(3) ? rnd(size + 1) : rnd(maxb * bs);
+			struct stat at = { .st_size = (off_t)to }, out;
+			assert_int_equal(shoal_setattr(e.e_fs, &root_ctx, f[k], &at, SHOAL_SET_SIZE,
+						       &out),
+					 0);
+			model_grow(mm, to);
+			mm->m_size = to;
+			break;
+		}
+		case 3:
+			assert_int_equal(shoal_fallocate(e.e_fs, f[k],
+							 FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, off,
+							 len),
+					 0);
+			if (off < size)
+				memset(mm->m_buf + off, 0, (off + len < size ? off + len : size) - off);
+			break;
+		case 4:
+			zero(&e, mm, f[k], keep, off, len);
+			break;
+		case 5:
+		case 6:
+			if (a + l < size) {
+				shift(&e, mm, f[k], FALLOC_FL_COLLAPSE_RANGE, a, l);
+				done[5]++;
+			} else {
+				assert_int_equal(shoal_fallocate(e.e_fs, f[k], FALLOC_FL_COLLAPSE_RANGE,
+								 a, l),
+						 -EINVAL);
+			}
+			break;
+		case 7:
+			if (a < size && (size + bs - 1) / bs + l / bs <= maxb) {
+				shift(&e, mm, f[k], FALLOC_FL_INSERT_RANGE, a, l);
+				done[7]++;
+			} else if (a >= size) {
+				assert_int_equal(shoal_fallocate(e.e_fs, f[k], FALLOC_FL_INSERT_RANGE,
+								 a, l),
+						 -EINVAL);
+			}
+			break;
+		default:
+			assert_int_equal(shoal_fallocate(e.e_fs, f[k], keep ? FALLOC_FL_KEEP_SIZE : 0,
+							 off, len),
+					 0);
+			if (!keep && off + len > size)
+				model_grow(mm, off + len);
+			break;
+		}
+		check_model(&e, mm, f[k]);
+		if (op != 5 && op != 6 && op != 7)
+			done[op]++;
+		if (i == steps / 2) {
+			env_remount(&e);
+			check_model(&e, &m[0], f[0]);
+			check_model(&e, &m[1], f[1]);
+		}
+	}
+	fprintf(stderr, "  %u writes, %u truncates, %u punches, %u zero ranges, %u collapses, %u inserts, "
+			"%u allocations\n",
+		done[0] + done[1], done[2], done[3], done[4], done[5], done[7], done[8]);
+	assert_true(steps < 100 || (done[5] && done[7])); /* the shifts did run */
+	free(m[0].m_buf);
+	free(m[1].m_buf);
+	env_fini(&e);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -440,6 +564,7 @@ int main(void)
 		cmocka_unit_test(test_zero_range_inline),
 		cmocka_unit_test(test_collapse_insert_errors),
 		cmocka_unit_test(test_collapse_insert),
+		cmocka_unit_test(test_falloc_random),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
