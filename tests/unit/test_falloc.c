@@ -6,8 +6,8 @@
  * does not pass on: libshoal has them for the day it does), and each
  * mode's error cases; and a random run of every mode with writes and
  * truncates against a model (SHOAL_FALLOC_SEED, SHOAL_FALLOC_STEPS: 400 by
- * default; printed).  After each test the tree is walked (treecheck.h, blocks in
- * use exact) and fsck.shoal -n must find the image clean.
+ * default; printed).  After each test the tree is walked (treecheck.h,
+ * blocks in use exact) and fsck.shoal -n must find the image clean.
  * (Allocation and punching: test_core_ops test_fallocate_punch.)
  */
 #include <errno.h>
