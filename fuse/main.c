@@ -563,7 +563,7 @@ static void pin_cpu(const struct mount_args *ma)
  * Only if the kernel offered the flag; any libfuse without custom io
  * support simply mounts without it.
  *
- * The same io lets O_TMPFILE through (FUSE_TMPFILE, Linux 6.6, which
+ * The same io lets O_TMPFILE through (FUSE_TMPFILE, protocol 7.37, which
  * libfuse 3.14 does not know: it would answer ENOSYS, and the kernel then
  * EOPNOTSUPP to every O_TMPFILE open of the mount).  The request is a
  * FUSE_CREATE's in every byte but the opcode (fuse_create_in and the
