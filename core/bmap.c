@@ -16,6 +16,7 @@
  *      owners' modules);
  *  (3) an indirect block is allocated only when a data block below it is.
  */
+#include <assert.h>
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
@@ -310,6 +311,105 @@ int bmap_alloc(struct shoal_fs *fs, struct shoal_inode *ip, uint64_t lblk, uint3
 	}
 	buf_put(fs, b);
 	return err;
+}
+
+/*
+ * The level-1 pointer of logical block lblk: *pp points at it in *bp (NULL
+ * for the dinode's own pointers; else referenced: buf_put it).  create:
+ * unstuff, grow the height and add the indirect blocks on the way (inside
+ * the running transaction); else *pp is NULL when a hole lies above it.
+ */
+static int slot(struct shoal_fs *fs, struct shoal_inode *ip, uint64_t lblk, int create,
+		struct shoal_buf **bp, uint64_t **pp)
+{
+	struct shoal_dinode *di = ip_di(ip);
+	struct shoal_buf *b = NULL, *owner_b = ip->i_bh;
+	uint64_t *ptrs;
+	int err = 0;
+
+	*bp = NULL;
+	*pp = NULL;
+	if (create) {
+		if (di->di_height == 0 && (err = bmap_unstuff(fs, ip)))
+			return err;
+		while (lblk >= bmap_max_blocks(fs, di->di_height))
+			if ((err = grow_height(fs, ip)))
+				return err;
+	} else if (di->di_height == 0 || lblk >= bmap_max_blocks(fs, di->di_height)) {
+		return 0;
+	}
+	ptrs = di_ptrs(ip);
+	for (uint32_t lvl = di->di_height;; lvl--) {
+		uint64_t sp = span(fs, lvl), idx = lblk / sp;
+		struct shoal_buf *nb;
+
+		if (lvl != di->di_height)
+			idx %= SHOAL_IND_PTRS(fs->fs_bsize);
+		if (lvl == 1) {
+			if (ptrs[idx] && !ptr_ok(fs, ptrs[idx])) {
+				err = bad_ptr(fs, ip, owner_b->b_blkno, "data pointer out of range");
+				break;
+			}
+			*bp = b;
+			*pp = &ptrs[idx];
+			return 0;
+		}
+		if (ptrs[idx] == 0) {
+			if (!create)
+				break;
+			err = new_indirect(fs, ip, &nb);
+			if (err)
+				break;
+			trans_add(fs, owner_b);
+			ptrs[idx] = nb->b_blkno;
+			inode_dirty(fs, ip, 1);
+		} else {
+			err = ind_read(fs, ip, owner_b->b_blkno, ptrs[idx], &nb);
+			if (err)
+				break;
+		}
+		buf_put(fs, b);
+		b = owner_b = nb;
+		ptrs = ind_ptrs(b);
+	}
+	buf_put(fs, b);
+	return err;
+}
+
+int bmap_move(struct shoal_fs *fs, struct shoal_inode *ip, uint64_t from, uint64_t to)
+{
+	struct shoal_buf *b;
+	uint64_t *pp, p;
+	int err = slot(fs, ip, from, 0, &b, &pp);
+
+	if (err || !pp || !*pp) {
+		buf_put(fs, b);
+		return err; /* a hole: nothing to move */
+	}
+	p = *pp;
+	buf_put(fs, b);
+	/* making to's path may grow the tree: from's slot is found again after */
+	err = slot(fs, ip, to, 1, &b, &pp);
+	if (err)
+		return err;
+	assert(*pp == 0);
+	if (b)
+		trans_add(fs, b);
+	else
+		inode_dirty(fs, ip, 1);
+	*pp = p;
+	buf_put(fs, b);
+	err = slot(fs, ip, from, 0, &b, &pp);
+	if (err)
+		return err;
+	assert(pp && *pp == p);
+	if (b)
+		trans_add(fs, b);
+	else
+		inode_dirty(fs, ip, 1);
+	*pp = 0;
+	buf_put(fs, b);
+	return 0;
 }
 
 /* Free a run of data blocks and account for them. */

@@ -84,6 +84,8 @@ struct shoal_inode {
 	uint64_t i_data_gen;    /* dev write generation of its last data write */
 	uint64_t i_fsync_ns;    /* monotonic time of its last fsync/fdatasync */
 	int i_freed;            /* destroyed: out of the hash, blocks freed */
+	int i_linkable;         /* fs_lock: an O_TMPFILE inode with no link yet,
+				 * which linkat may name (do_link) */
 	int i_free_wanted;      /* cluster: another node tried to free it (its
 				 * iopen callback) while in use here */
 	struct glock *i_gl;     /* its inode glock (cache generation) */
@@ -399,6 +401,11 @@ int bmap_free_rgs(struct shoal_fs *fs, struct shoal_inode *ip, uint64_t from, ui
 /* Cluster: hold EX exactly those groups (0 / -ERESTART / -errno): freeing
  * asks only the nodes that hold them, in the global order of op_wait. */
 int bmap_hold_free_rgs(struct shoal_fs *fs, struct shoal_inode *ip, uint64_t from, uint64_t to);
+/* Move the data block at logical block from to logical block to, a hole
+ * (nothing if from is a hole), inside the running transaction: the block
+ * stays where it is on the device; to's indirect blocks are made as
+ * needed, from's may be left empty (bmap_punch of the range frees them). */
+int bmap_move(struct shoal_fs *fs, struct shoal_inode *ip, uint64_t from, uint64_t to);
 /* Move inline data into a first data block. */
 int bmap_unstuff(struct shoal_fs *fs, struct shoal_inode *ip);
 /* Next logical block >= lblk that is mapped (data) or a hole; -ENXIO none */

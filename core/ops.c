@@ -1,7 +1,8 @@
 /*
- * ops.c - the operations of include/shoal/shoal.h: each takes fs_lock,
- * reserves its journal space, does its work through the inode, directory,
- * file and xattr modules, and returns 0 / size / -errno.
+ * ops.c - the operations of include/shoal/shoal.h (fallocate is in
+ * falloc.c, the helpers both share in ops.h): each takes fs_lock,
+ * reserves its journal space, does its work through the inode,
+ * directory, file and xattr modules, and returns 0 / size / -errno.
  *
  * Permission checks (rwx and POSIX ACLs, sticky directories, ownership
  * for chmod/chown) are made by the kernel from our attributes and ACLs
@@ -20,7 +21,6 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <linux/falloc.h>
 #include <linux/fs.h>
 #include <stdlib.h>
 #include <string.h>
@@ -28,11 +28,10 @@
 
 #include "internal.h"
 #include "lock.h"
+#include "ops.h"
 
 #define SHOAL_LINK_MAX 65000
 
-#define LOCK(fs) pthread_mutex_lock(&(fs)->fs_lock)
-#define UNLOCK(fs) pthread_mutex_unlock(&(fs)->fs_lock)
 
 static int check_name(const char *name)
 {
@@ -68,21 +67,6 @@ static int get_dir(struct shoal_fs *fs, uint64_t ino, struct shoal_inode **out)
 		return -ENOENT; /* removed directory */
 	}
 	return 0;
-}
-
-static int nochange_flags(struct shoal_inode *ip)
-{
-	return ip_di(ip)->di_flags & (SHOAL_DIF_IMMUTABLE | SHOAL_DIF_APPEND);
-}
-
-/*
- * Hold the inode's glock in state for this operation (R1: reads ask for SH
- * only).  Under fs_lock the hold is released at once; the grant stays
- * cached, so only the first use of an inode costs a lock module request.
- */
-static int hold(struct shoal_fs *fs, uint64_t ino, int state)
-{
-	return gl_hold(fs, GL_INODE, ino, state);
 }
 
 /* Hold the inode's glock in state, then the in-memory inode. */
@@ -127,52 +111,6 @@ static int hold_new(struct shoal_fs *fs, uint64_t ino)
 	}
 	return gl_hold_many(fs, w, n, 2);
 }
-
-/*
- * Run an operation again after it asked for a glock it could not get
- * without waiting (-ERESTART, before it changed anything): op_wait takes
- * what it needs without fs_lock (lock.h).
- */
-#define RUN(fs, call)                                                  \
-	({                                                             \
-		__typeof__(call) r_;                                   \
-		inode_stat_generation(0, NULL); /* forget the last */  \
-		op_begin(fs);                                          \
-		for (;;) {                                             \
-			r_ = (call);                                   \
-			if (r_ != -ERESTART)                           \
-				break;                                 \
-			int w_ = op_wait(fs);                          \
-			if (w_) {                                      \
-				r_ = w_ == -EDEADLK ? -ERESTART : w_;  \
-				break;                                 \
-			}                                              \
-		}                                                      \
-		op_end(fs);                                            \
-		r_;                                                    \
-	})
-
-/* Reference an inode for an operation that will drop fs_lock midway. */
-static int io_get(struct shoal_fs *fs, uint64_t ino, int state, struct shoal_inode **ipp)
-{
-	int err;
-	LOCK(fs);
-	err = hold(fs, ino, state);
-	if (!err)
-		err = inode_get(fs, ino, ipp);
-	UNLOCK(fs);
-	return err;
-}
-
-static void io_put(struct shoal_fs *fs, struct shoal_inode *ip)
-{
-	LOCK(fs);
-	inode_put(fs, ip);
-	UNLOCK(fs);
-}
-
-/* Blocks an operation may dirty besides allocations. */
-#define RES_META 24
 
 static int do_lookup(struct shoal_fs *fs, uint64_t parent, const char *name, struct stat *st)
 {
@@ -311,9 +249,9 @@ static void set_ts(struct shoal_ts *t, const struct timespec *ts)
  * caller without it), the group one only with group execute (without it,
  * it marks mandatory locking), and security.capability for every caller.
  * Nothing for the kernel's writeback of a mapping (SHOAL_CTX_CACHE), as
- * ext4 drops nothing on a write through a mapping.  kill_priv_prepare runs
- * before the transaction begins: it holds the group of the xattr block,
- * which the removal may free.
+ * ext4 drops nothing on a write through a mapping.
+ * ops_kill_priv_prepare runs before the transaction begins: it holds the
+ * group of the xattr block, which the removal may free.
  */
 static const char kill_cap_name[] = "security.capability";
 static __thread int privs_dropped; /* shoal_privs_dropped() */
@@ -325,8 +263,8 @@ int shoal_privs_dropped(void)
 	return r;
 }
 
-static int kill_priv_prepare(struct shoal_fs *fs, const struct shoal_ctx *ctx,
-			     struct shoal_inode *ip, int *cap)
+int ops_kill_priv_prepare(struct shoal_fs *fs, const struct shoal_ctx *ctx,
+			  struct shoal_inode *ip, int *cap)
 {
 	struct shoal_dinode *di = ip_di(ip);
 	ssize_t n;
@@ -343,8 +281,8 @@ static int kill_priv_prepare(struct shoal_fs *fs, const struct shoal_ctx *ctx,
 	return rg_hold_of(fs, di->di_xattr);
 }
 
-static int kill_priv(struct shoal_fs *fs, const struct shoal_ctx *ctx, struct shoal_inode *ip,
-		     int cap)
+int ops_kill_priv(struct shoal_fs *fs, const struct shoal_ctx *ctx, struct shoal_inode *ip,
+		  int cap)
 {
 	struct shoal_dinode *di = ip_di(ip);
 
@@ -440,7 +378,7 @@ static int setattr_locked(struct shoal_fs *fs, const struct shoal_ctx *ctx, uint
 		err = bmap_hold_free_rgs(fs, ip, ((uint64_t)attr->st_size + fs->fs_bsize - 1) >>
 						       fs->fs_bshift, UINT64_MAX);
 	if (!err && (valid & SHOAL_SET_SIZE))
-		err = kill_priv_prepare(fs, ctx, ip, &cap);
+		err = ops_kill_priv_prepare(fs, ctx, ip, &cap);
 	int acl = 0;
 	if (!err && (valid & SHOAL_SET_MODE))
 		err = acl = acl_chmod_prepare(fs, ip);
@@ -448,7 +386,7 @@ static int setattr_locked(struct shoal_fs *fs, const struct shoal_ctx *ctx, uint
 		goto out_put;
 	err = trans_begin_alloc(fs, trans_rg_blocks(fs) + RES_META, acl ? 1 : 0);
 	if (!err && (valid & SHOAL_SET_SIZE))
-		err = kill_priv(fs, ctx, ip, cap); /* an explicit mode below wins */
+		err = ops_kill_priv(fs, ctx, ip, cap); /* an explicit mode below wins */
 	if (err)
 		goto out_put;
 	inode_dirty(fs, ip, (valid & ~(SHOAL_SET_ATIME | SHOAL_SET_MTIME | SHOAL_SET_ATIME_NOW |
@@ -545,7 +483,8 @@ static int setattr_allowed(struct shoal_fs *fs, struct shoal_inode *ip,
 
 /*
  * Create an inode named name in parent: the shared part of mknod, mkdir,
- * symlink and create.  Returns with *ipp referenced.
+ * symlink, create and tmpfile (name NULL: an inode with no name and no
+ * link, UNLINKED in its bitmap, i_linkable).  Returns with *ipp referenced.
  */
 static int make_node(struct shoal_fs *fs, const struct shoal_ctx *ctx, uint64_t parent,
 		     const char *name, mode_t mode, dev_t rdev, const char *target,
@@ -555,11 +494,11 @@ static int make_node(struct shoal_fs *fs, const struct shoal_ctx *ctx, uint64_t 
 	struct acl_new an = { 0 };
 	uint64_t ino;
 	gid_t gid;
-	int err = check_name(name);
+	int err = name ? check_name(name) : 0;
 
 	if (err)
 		return is_dot(name) ? -EEXIST : err;
-	if (is_dot(name))
+	if (name && is_dot(name))
 		return -EEXIST;
 	err = hold(fs, parent, GL_EX);
 	if (err)
@@ -578,18 +517,20 @@ static int make_node(struct shoal_fs *fs, const struct shoal_ctx *ctx, uint64_t 
 		err = -EPERM; /* CAP_MKNOD */
 		goto out_dp;
 	}
-	err = dir_lookup(fs, dp, name, &ino, NULL);
-	if (err != -ENOENT) {
-		err = err ? err : -EEXIST;
-		goto out_dp;
+	if (name) {
+		err = dir_lookup(fs, dp, name, &ino, NULL);
+		if (err != -ENOENT) {
+			err = err ? err : -EEXIST;
+			goto out_dp;
+		}
+		if (S_ISDIR(mode) && ip_di(dp)->di_nlink >= SHOAL_LINK_MAX) {
+			err = -EMLINK;
+			goto out_dp;
+		}
+		err = dir_make_room(fs, dp, name);
+		if (err)
+			goto out_dp;
 	}
-	if (S_ISDIR(mode) && ip_di(dp)->di_nlink >= SHOAL_LINK_MAX) {
-		err = -EMLINK;
-		goto out_dp;
-	}
-	err = dir_make_room(fs, dp, name);
-	if (err)
-		goto out_dp;
 	/* the set-ID rules below see the mode asked for, as inode_init_owner
 	 * runs before ext4_init_acl */
 	mode_t acl_mode = mode;
@@ -643,6 +584,18 @@ static int make_node(struct shoal_fs *fs, const struct shoal_ctx *ctx, uint64_t 
 			inode_put(fs, ip);
 			goto out_dp;
 		}
+	}
+	if (!name) {
+		/* an orphan from the start (FORMAT.md 10), until linkat names it */
+		err = rg_set_state(fs, ip->i_ino, SHOAL_B_UNLINKED);
+		ip_di(ip)->di_nlink = 0;
+		if (err) {
+			inode_put(fs, ip);
+			goto out_dp;
+		}
+		ip->i_linkable = 1;
+		*ipp = ip;
+		goto out_dp;
 	}
 	err = dir_add(fs, dp, name, ip->i_ino, mode_dt(mode));
 	if (err) {
@@ -791,6 +744,27 @@ static int do_create(struct shoal_fs *fs, const struct shoal_ctx *ctx, uint64_t 
 	return err;
 }
 
+/* O_TMPFILE (shoal.h): flags are the open's; O_EXCL is the kernel's business
+ * (it alone decides whether linkat may name the file: I_LINKABLE). */
+static int do_tmpfile(struct shoal_fs *fs, const struct shoal_ctx *ctx, uint64_t parent,
+		      mode_t mode, int flags, struct stat *st)
+{
+	struct shoal_inode *ip;
+	int err;
+
+	(void)flags;
+	if ((mode & S_IFMT) && !S_ISREG(mode))
+		return -EINVAL;
+	LOCK(fs);
+	err = make_node(fs, ctx, parent, NULL, S_IFREG | (mode & 07777), 0, NULL, &ip);
+	if (!err) {
+		ip->i_open++;
+		err = finish_node(fs, ip, st);
+	}
+	UNLOCK(fs);
+	return err;
+}
+
 static int do_link(struct shoal_fs *fs, uint64_t ino, uint64_t newparent, const char *newname,
 	       struct stat *st)
 {
@@ -821,10 +795,13 @@ static int do_link(struct shoal_fs *fs, uint64_t ino, uint64_t newparent, const 
 		err = -EPERM;
 		goto out_ip;
 	}
-	if (ip_di(ip)->di_nlink == 0) {
-		err = -ENOENT;
+	if (ip_di(ip)->di_nlink == 0 && !ip->i_linkable) {
+		err = -ENOENT; /* unlinked, not an O_TMPFILE file */
 		goto out_ip;
 	}
+	/* naming a tmpfile moves its bitmap entry from UNLINKED to DINODE */
+	if (ip_di(ip)->di_nlink == 0 && (err = rg_hold_of(fs, ip->i_ino)))
+		goto out_ip;
 	if (ip_di(ip)->di_nlink >= SHOAL_LINK_MAX) {
 		err = -EMLINK;
 		goto out_ip;
@@ -850,6 +827,12 @@ static int do_link(struct shoal_fs *fs, uint64_t ino, uint64_t newparent, const 
 		goto out_dp;
 	inode_touch(dp, 0, 1, 1);
 	inode_dirty(fs, ip, 1);
+	if (ip_di(ip)->di_nlink == 0) {
+		err = rg_set_state(fs, ip->i_ino, SHOAL_B_DINODE);
+		if (err)
+			goto out_dp;
+		ip->i_linkable = 0;
+	}
 	ip_di(ip)->di_nlink++;
 	inode_touch(ip, 0, 0, 1);
 	inode_lookups(ip, ip->i_nlookup + 1);
@@ -986,14 +969,16 @@ static int is_ancestor(struct shoal_fs *fs, uint64_t anc, uint64_t ino)
 static int do_rename(struct shoal_fs *fs, const struct shoal_ctx *ctx, uint64_t parent,
 		 const char *name, uint64_t newparent, const char *newname, unsigned flags)
 {
-	struct shoal_inode *sdp = NULL, *ddp = NULL, *sip = NULL, *tip = NULL;
+	struct shoal_inode *sdp = NULL, *ddp = NULL, *sip = NULL, *tip = NULL, *wip = NULL;
 	uint64_t sino, tino = 0;
 	int err, sdir, tdir = 0;
 
-	if (flags & ~(RENAME_NOREPLACE | RENAME_EXCHANGE))
+	if (flags & ~(RENAME_NOREPLACE | RENAME_EXCHANGE | RENAME_WHITEOUT))
 		return -EINVAL;
-	if ((flags & RENAME_NOREPLACE) && (flags & RENAME_EXCHANGE))
+	if ((flags & RENAME_EXCHANGE) && (flags & (RENAME_NOREPLACE | RENAME_WHITEOUT)))
 		return -EINVAL;
+	if ((flags & RENAME_WHITEOUT) && ((ctx && ctx->c_uid != 0) || !perm_is_root()))
+		return -EPERM; /* CAP_MKNOD, as a whiteout is a device node */
 	if (is_dot(name) || is_dot(newname))
 		return -EBUSY;
 	if ((err = check_name(name)) || (err = check_name(newname)))
@@ -1093,14 +1078,31 @@ static int do_rename(struct shoal_fs *fs, const struct shoal_ctx *ctx, uint64_t 
 		err = -EMLINK;
 		goto out;
 	}
+	uint64_t want = 0;
+	if ((flags & RENAME_WHITEOUT) && fs->fs_cluster) {
+		/* the whiteout's glocks, before anything changes (make_node) */
+		err = rg_peek(fs, sdp->i_ino, &want);
+		if (!err)
+			err = hold_new(fs, want);
+		if (err)
+			goto out;
+	}
 	if (!tip) {
 		err = dir_make_room(fs, ddp, newname);
 		if (err)
 			goto out;
 	}
-	err = trans_begin(fs, RES_META * 2);
+	err = trans_begin_alloc(fs, RES_META * 2, (flags & RENAME_WHITEOUT) ? 1 : 0);
 	if (err)
 		goto out;
+	if (flags & RENAME_WHITEOUT) {
+		/* ext4_whiteout_for_rename: a character device 0:0, mode 0 */
+		gid_t gid = ip_di(sdp)->di_mode & S_ISGID ? ip_di(sdp)->di_gid : ctx->c_gid;
+		err = inode_alloc(fs, sdp, want, S_IFCHR, ctx->c_uid, gid, &wip);
+		if (err)
+			goto out;
+		ip_di(wip)->di_rdev = 0;
+	}
 	if (flags & RENAME_EXCHANGE) {
 		err = dir_replace(fs, sdp, name, tip->i_ino, mode_dt(ip_di(tip)->di_mode));
 		if (!err)
@@ -1135,7 +1137,9 @@ static int do_rename(struct shoal_fs *fs, const struct shoal_ctx *ctx, uint64_t 
 		} else {
 			err = dir_add(fs, ddp, newname, sip->i_ino, mode_dt(ip_di(sip)->di_mode));
 		}
-		if (!err)
+		if (!err && wip)
+			err = dir_replace(fs, sdp, name, wip->i_ino, DT_CHR);
+		else if (!err)
 			err = dir_remove(fs, sdp, name);
 		if (err)
 			goto out;
@@ -1155,12 +1159,14 @@ static int do_rename(struct shoal_fs *fs, const struct shoal_ctx *ctx, uint64_t 
 	inode_dirty(fs, ddp, 1);
 	inode_touch(ddp, 0, 1, 1);
 out:
+	if (wip && err)
+		ip_di(wip)->di_nlink = 0; /* destroyed: never named */
+	inode_put(fs, wip);
 	inode_put(fs, tip);
 	inode_put(fs, sip);
 	inode_put(fs, ddp);
 	inode_put(fs, sdp);
 	UNLOCK(fs);
-	(void)ctx;
 	return err;
 }
 
@@ -1420,12 +1426,12 @@ static ssize_t write_begin(struct shoal_fs *fs, const struct shoal_ctx *ctx, uin
 		uint32_t res = (uint32_t)(nblk / SHOAL_IND_PTRS(fs->fs_bsize) +
 					  nblk / SHOAL_RG_MAX_LENGTH(fs->fs_bsize)) +
 			       SHOAL_MAX_HEIGHT * 2 + RES_META;
-		n = kill_priv_prepare(fs, ctx, ip, &cap);
+		n = ops_kill_priv_prepare(fs, ctx, ip, &cap);
 		if (!n)
 			n = trans_begin_alloc(fs, res, nblk);
 	}
 	if (!n)
-		n = kill_priv(fs, ctx, ip, cap);
+		n = ops_kill_priv(fs, ctx, ip, cap);
 	if (n) {
 		inode_put(fs, ip);
 		return n;
@@ -1553,180 +1559,6 @@ int shoal_fsync(struct shoal_fs *fs, uint64_t ino, int datasync)
 	} else {
 		fs->fs_ctr.sc_fsync_noop++;
 	}
-out_put:
-	inode_put(fs, ip);
-out:
-	UNLOCK(fs);
-	return err;
-}
-
-static int zero_range(struct shoal_fs *fs, struct shoal_inode *ip, uint64_t off, uint64_t len)
-{
-	uint64_t end = off + len;
-	while (off < end) {
-		uint64_t pblk;
-		uint32_t run, in = (uint32_t)(off & (fs->fs_bsize - 1));
-		int err = bmap_get(fs, ip, off >> fs->fs_bshift, &pblk, &run);
-		if (err)
-			return err;
-		uint64_t n = (uint64_t)run * fs->fs_bsize - in;
-		if (n > end - off)
-			n = end - off;
-		if (pblk) {
-			size_t chunk = n > (1u << 20) ? (1u << 20) : (size_t)n;
-			void *z = calloc(1, chunk);
-			if (!z)
-				return -ENOMEM;
-			err = dev_write(fs->fs_dev, z, chunk, (pblk << fs->fs_bshift) + in);
-			if (!err)
-				err = dx_absorb(fs, (pblk << fs->fs_bshift) + in, chunk, z);
-			free(z);
-			if (err)
-				return err;
-			n = chunk;
-			ip->i_data_gen = __atomic_load_n(&fs->fs_dev->d_write_gen, __ATOMIC_SEQ_CST);
-		}
-		off += n;
-	}
-	return 0;
-}
-
-static int fallocate_locked(struct shoal_fs *fs, uint64_t ino, int mode, uint64_t off,
-			    uint64_t len);
-
-static int do_fallocate(struct shoal_fs *fs, uint64_t ino, int mode, uint64_t off, uint64_t len)
-{
-	struct shoal_inode *ip;
-	int err;
-
-	if (!(mode & FALLOC_FL_PUNCH_HOLE))
-		return fallocate_locked(fs, ino, mode, off, len);
-	err = io_get(fs, ino, GL_EX, &ip); /* punching frees blocks: see read */
-	if (err)
-		return err;
-	pthread_rwlock_wrlock(&ip->i_iolock);
-	err = fallocate_locked(fs, ino, mode, off, len);
-	pthread_rwlock_unlock(&ip->i_iolock);
-	io_put(fs, ip);
-	return err;
-}
-
-static int fallocate_locked(struct shoal_fs *fs, uint64_t ino, int mode, uint64_t off,
-			    uint64_t len)
-{
-	struct shoal_inode *ip;
-	struct shoal_dinode *di;
-	uint32_t bs = fs->fs_bsize;
-	int err, cap;
-
-	if (len == 0)
-		return -EINVAL;
-	if (mode & ~(FALLOC_FL_KEEP_SIZE | FALLOC_FL_PUNCH_HOLE))
-		return -EOPNOTSUPP;
-	if ((mode & FALLOC_FL_PUNCH_HOLE) && !(mode & FALLOC_FL_KEEP_SIZE))
-		return -EOPNOTSUPP;
-	if (off + len < off)
-		return -EFBIG;
-	LOCK(fs);
-	err = hold(fs, ino, GL_EX);
-	if (!err)
-		err = inode_get(fs, ino, &ip);
-	if (err)
-		goto out;
-	di = ip_di(ip);
-	if ((mode & FALLOC_FL_PUNCH_HOLE) && off < di->di_size) {
-		/* the groups of the whole blocks punched (as below) */
-		uint64_t end = off + len < di->di_size ? off + len : di->di_size;
-
-		err = bmap_hold_free_rgs(fs, ip, (off + bs - 1) >> fs->fs_bshift,
-					 end >> fs->fs_bshift);
-		if (err)
-			goto out_put;
-	}
-	if (!S_ISREG(di->di_mode)) {
-		err = S_ISDIR(di->di_mode) ? -EISDIR : -ENODEV;
-		goto out_put;
-	}
-	if (nochange_flags(ip) && (mode & FALLOC_FL_PUNCH_HOLE || di->di_flags & SHOAL_DIF_IMMUTABLE)) {
-		err = -EPERM;
-		goto out_put;
-	}
-	err = kill_priv_prepare(fs, perm_caller(), ip, &cap);
-	if (!err)
-		err = trans_begin_alloc(fs, trans_rg_blocks(fs) + RES_META * 2,
-					mode & FALLOC_FL_PUNCH_HOLE ? 0 : (len >> fs->fs_bshift) + 2);
-	if (!err) /* ext4's file_modified(): every mode drops them */
-		err = kill_priv(fs, perm_caller(), ip, cap);
-	if (err)
-		goto out_put;
-	if (mode & FALLOC_FL_PUNCH_HOLE) {
-		uint64_t end = off + len < di->di_size ? off + len : di->di_size;
-		if (off >= end)
-			goto done;
-		if (di->di_height == 0) {
-			uint64_t pay = SHOAL_DI_PAYLOAD(bs);
-			inode_dirty(fs, ip, 1);
-			if (off < pay)
-				memset(ip->i_bh->b_data + SHOAL_DI_PAYLOAD_OFF + off, 0,
-				       (size_t)((end < pay ? end : pay) - off));
-			goto done;
-		}
-		uint64_t first = (off + bs - 1) >> fs->fs_bshift, last = end >> fs->fs_bshift;
-		if (first < last) {
-			err = bmap_punch(fs, ip, first, last);
-			if (err)
-				goto out_put;
-			err = zero_range(fs, ip, off, (first << fs->fs_bshift) - off);
-			if (!err)
-				err = zero_range(fs, ip, last << fs->fs_bshift, end - (last << fs->fs_bshift));
-		} else {
-			err = zero_range(fs, ip, off, end - off);
-		}
-		if (err)
-			goto out_put;
-		inode_dirty(fs, ip, 1);
-		goto done;
-	}
-	/* allocate: blocks are zeroed on the device, as there are no unwritten extents */
-	uint64_t end = off + len;
-	if (di->di_height == 0 && end <= SHOAL_DI_PAYLOAD(bs)) {
-		/* inline: the space exists already */
-	} else {
-		uint64_t l = off >> fs->fs_bshift, lend = (end + bs - 1) >> fs->fs_bshift;
-		void *z = NULL;
-		while (l < lend && !err) {
-			uint64_t pblk;
-			uint32_t run;
-			int isnew;
-			uint64_t want = lend - l > 256 ? 256 : lend - l;
-			err = trans_begin(fs, RES_META + SHOAL_MAX_HEIGHT * 2);
-			if (!err)
-				err = bmap_alloc(fs, ip, l, (uint32_t)want, &pblk, &run, &isnew);
-			if (err)
-				break;
-			if (isnew) {
-				if (!z)
-					z = calloc(256, bs);
-				if (!z) {
-					err = -ENOMEM;
-					break;
-				}
-				err = dev_write(fs->fs_dev, z, (size_t)run * bs, pblk << fs->fs_bshift);
-				fs->fs_j.j_ordered = 1;
-			}
-			l += run;
-		}
-		free(z);
-		if (err)
-			goto out_put;
-	}
-	if (!(mode & FALLOC_FL_KEEP_SIZE) && end > di->di_size) {
-		inode_dirty(fs, ip, 1);
-		di->di_size = end;
-	}
-done:
-	inode_dirty(fs, ip, 1);
-	inode_touch(ip, 0, !(mode & FALLOC_FL_KEEP_SIZE) || (mode & FALLOC_FL_PUNCH_HOLE), 1);
 out_put:
 	inode_put(fs, ip);
 out:
@@ -2115,6 +1947,12 @@ int shoal_create(struct shoal_fs *fs, const struct shoal_ctx *ctx, uint64_t pare
 	return err;
 }
 
+int shoal_tmpfile(struct shoal_fs *fs, const struct shoal_ctx *ctx, uint64_t parent,
+		  mode_t mode, int flags, struct stat *st)
+{
+	return RUN(fs, do_tmpfile(fs, ctx, parent, mode, flags, st));
+}
+
 int shoal_link(struct shoal_fs *fs, uint64_t ino, uint64_t newparent, const char *newname,
 	       struct stat *st)
 {
@@ -2188,11 +2026,6 @@ ssize_t shoal_write_direct(struct shoal_fs *fs, const struct shoal_ctx *ctx, uin
 			   size_t size, uint64_t *off, int flags, shoal_write_fn fn, void *arg)
 {
 	return RUN(fs, do_write_direct(fs, ctx, ino, size, *off, flags, fn, arg, off));
-}
-
-int shoal_fallocate(struct shoal_fs *fs, uint64_t ino, int mode, uint64_t off, uint64_t len)
-{
-	return RUN(fs, do_fallocate(fs, ino, mode, off, len));
 }
 
 int64_t shoal_lseek(struct shoal_fs *fs, uint64_t ino, uint64_t off, int whence)

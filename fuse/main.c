@@ -567,6 +567,14 @@ static void pin_cpu(const struct mount_args *ma)
  * bit 4, which libfuse 3.14 does not know either): a cluster opens
  * O_APPEND files for direct I/O (ops.c (7)), and without it the kernel
  * refuses a shared mapping of such a file (ENODEV).
+ *
+ * The same io lets O_TMPFILE through (FUSE_TMPFILE, protocol 7.37, which
+ * libfuse 3.14 does not know: it would answer ENOSYS, and the kernel then
+ * EOPNOTSUPP to every O_TMPFILE open of the mount).  The request is a
+ * FUSE_CREATE's in every byte but the opcode (fuse_create_in and the
+ * dentry's name, always "/" for a tmpfile, a name no create can have) and
+ * wants the same reply (entry and open), so kp_read turns it into a
+ * FUSE_CREATE of "/" and op_create (fuse/ops.c) makes the unnamed file.
  */
 #define KP_DIRECT_IO_ALLOW_MMAP (1u << (36 - 32)) /* in flags2 */
 static int kp_state; /* 0 waiting for INIT, 1 INIT read (kp_unique), 2 done */
@@ -577,6 +585,12 @@ static ssize_t kp_read(int fd, void *buf, size_t len, void *userdata)
 {
 	ssize_t n = read(fd, buf, len);
 	(void)userdata;
+	if (n >= (ssize_t)(sizeof(struct fuse_in_header) + sizeof(struct fuse_create_in) + 2)) {
+		struct fuse_in_header *h = buf;
+		const char *name = (const char *)(h + 1) + sizeof(struct fuse_create_in);
+		if (h->opcode == FUSE_TMPFILE && name[0] == '/' && name[1] == 0)
+			h->opcode = FUSE_CREATE; /* op_create: a tmpfile */
+	}
 	if (n >= (ssize_t)(sizeof(struct fuse_in_header) + offsetof(struct fuse_init_in, flags) +
 			   sizeof(uint32_t)) &&
 	    !__atomic_load_n(&kp_state, __ATOMIC_ACQUIRE)) {
@@ -623,7 +637,7 @@ static void killpriv_v2_io(struct fuse_session *se)
 	int ret = fuse_session_custom_io(se, &io, fuse_session_fd(se));
 	if (ret != 0)
 		fprintf(stderr, PROG ": FUSE custom io: %s (the kernel checks security.capability "
-			"on every write)\n", strerror(ret < 0 ? -ret : EINVAL));
+			"on every write, O_TMPFILE gives EOPNOTSUPP)\n", strerror(ret < 0 ? -ret : EINVAL));
 }
 
 /*

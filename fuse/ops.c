@@ -514,10 +514,6 @@ static void op_rename(fuse_req_t req, fuse_ino_t parent, const char *name,
 	struct shoal_ctx ctx;
 	int ret;
 
-	if (flags & ~(unsigned)(RENAME_NOREPLACE | RENAME_EXCHANGE)) {
-		reply_err(req, EINVAL); /* RENAME_WHITEOUT: no overlayfs upper */
-		return;
-	}
 	req_ctx(req, &ctx);
 	ret = shoal_rename(fs, &ctx, ino_in(fs, parent), name, ino_in(fs, newparent), newname,
 			   flags);
@@ -578,8 +574,13 @@ static void op_create(fuse_req_t req, fuse_ino_t parent, const char *name, mode_
 	int ret;
 
 	req_ctx(req, &ctx);
-	names_note(parent, name);
-	ret = shoal_create(fs, &ctx, ino_in(fs, parent), name, mode, fi->flags, &st);
+	if (!strcmp(name, "/")) {
+		/* O_TMPFILE (fuse/main.c kp_read): no name, no entry to note */
+		ret = shoal_tmpfile(fs, &ctx, ino_in(fs, parent), mode, fi->flags, &st);
+	} else {
+		names_note(parent, name);
+		ret = shoal_create(fs, &ctx, ino_in(fs, parent), name, mode, fi->flags, &st);
+	}
 	if (ret < 0)
 		goto out_err;
 	ret = fill_entry(fs, &st, &e, 1);

@@ -265,6 +265,15 @@ int shoal_release(struct shoal_fs *fs, uint64_t ino, int flags);
 /* Create and open: takes a lookup reference and an open reference. */
 int shoal_create(struct shoal_fs *fs, const struct shoal_ctx *ctx, uint64_t parent,
 		 const char *name, mode_t mode, int flags, struct stat *st);
+/*
+ * O_TMPFILE: make and open a regular file with no name in directory parent
+ * (its permissions, set-group-ID and default ACL apply as to a create),
+ * with di_nlink 0 and UNLINKED in its group's bitmap (FORMAT.md 10): freed
+ * at its last close and forget, or by recovery after a crash, unless
+ * shoal_link gives it a name first.  Takes a lookup and an open reference.
+ */
+int shoal_tmpfile(struct shoal_fs *fs, const struct shoal_ctx *ctx, uint64_t parent,
+		  mode_t mode, int flags, struct stat *st);
 ssize_t shoal_read(struct shoal_fs *fs, uint64_t ino, void *buf, size_t size, uint64_t off,
 		   int flags);
 /*

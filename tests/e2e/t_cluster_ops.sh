@@ -13,7 +13,8 @@
 # within commit + 1 s, also after a node took back a resource group another
 # node allocated in), unlink of a file another node holds open
 # (data still readable, space back after close), concurrent allocation by
-# all nodes (fsck clean: no block owned twice), lock counters (callbacks on
+# all nodes (fsck clean: no block owned twice), fallocate ZERO_RANGE,
+# RENAME_WHITEOUT and O_TMPFILE, lock counters (callbacks on
 # the nodes that gave locks up; re-reading a cached file sends no lock
 # request).  Ends with unmount and fsck.shoal -n clean.
 . "$(dirname "$0")/lib.sh"
@@ -740,6 +741,79 @@ r0=$(c_stat c gl_requests)
 for i in $(seq 10); do stat "$C/cached" >/dev/null; ls -l "$C" >/dev/null; done
 r1=$(c_stat c gl_requests)
 check_eq "... and after one ls -l of the root, stat of the file and ls -l 10 times: gl_requests unchanged" "$r0" "$r1"
+
+# --- fallocate ZERO_RANGE, RENAME_WHITEOUT, O_TMPFILE (issue 20.6) -------------------------
+
+check_eq "ZERO_RANGE on one node: the other reads zeros at once (cached pages and a mapping it holds), both ways" OK "$(xp '
+ZERO, KEEP = 0x10, 1
+libc = ctypes.CDLL(None, use_errno=True)
+def zr(fd, mode, off, ln):
+    if libc.fallocate(fd, mode, ctypes.c_long(off), ctypes.c_long(ln)):
+        raise OSError(ctypes.get_errno(), "fallocate")
+data = bytes(range(256)) * 1024
+wr(A + "/zr", data)
+fa, fb = os.open(A + "/zr", os.O_RDWR), os.open(B + "/zr", os.O_RDWR)
+mb = mmap.mmap(fb, len(data))
+want("B before", data, rd(B + "/zr"))
+zr(fa, ZERO, 4096 + 7, 3 * 4096)
+exp = bytearray(data)
+exp[4096 + 7:4 * 4096 + 7] = bytes(3 * 4096)
+want("B read after A zeroed", bytes(exp), rd(B + "/zr"))
+want("B pread (open fd)", bytes(exp[4000:8000]), os.pread(fb, 4000, 4000))
+want("B mapping", bytes(exp[4096:4 * 4096 + 100]), mb[4096:4 * 4096 + 100])
+zr(fb, ZERO | KEEP, 100 * 1024, 50000)
+exp[100 * 1024:100 * 1024 + 50000] = bytes(50000)
+want("A after B zeroed with KEEP_SIZE", bytes(exp), rd(A + "/zr"))
+zr(fa, ZERO, len(data) - 10, 10000)
+exp[len(data) - 10:] = bytes(10000)
+want("B size after A grew it by ZERO_RANGE", len(exp), os.stat(B + "/zr").st_size)
+want("B fstat of its old fd", len(exp), os.fstat(fb).st_size)
+want("B read", bytes(exp), rd(B + "/zr"))
+mb.close(); os.close(fa); os.close(fb)
+')"
+
+check_eq "RENAME_WHITEOUT on one node: the other sees the whiteout under the old name, the file under the new, both ways" OK "$(xp '
+libc = ctypes.CDLL(None, use_errno=True)
+def rn(src, dst, fl):
+    if libc.renameat2(-100, src.encode(), -100, dst.encode(), fl):
+        raise OSError(ctypes.get_errno(), "renameat2")
+def kind(p):
+    st = os.lstat(p)
+    return "chr %d:%d" % (os.major(st.st_rdev), os.minor(st.st_rdev)) if stat.S_ISCHR(st.st_mode) else "other"
+wr(A + "/wh1", b"one")
+os.mkdir(A + "/whd")
+want("B sees wh1 first", b"one", rd(B + "/wh1"))
+want("B sees whd first", "OK", ex(B + "/whd"))
+rn(A + "/wh1", A + "/wh1b", 4)
+want("B: the old name is a whiteout", "chr 0:0", kind(B + "/wh1"))
+want("B: the new name has the data", b"one", rd(B + "/wh1b"))
+rn(B + "/whd", B + "/whd2", 4 | 1)
+want("A: whiteout of a directory (with NOREPLACE)", "chr 0:0", kind(A + "/whd"))
+want("A: the directory under its new name", True, stat.S_ISDIR(os.lstat(A + "/whd2").st_mode))
+want("C too", "chr 0:0", kind(C + "/whd"))
+')"
+
+check_eq "O_TMPFILE on one node, linkat names it: the other reads it at once; an unnamed one is seen nowhere" OK "$(xp '
+libc = ctypes.CDLL(None, use_errno=True)
+def linkfd(fd, dst):
+    if libc.linkat(-100, b"/proc/self/fd/%d" % fd, -100, dst.encode(), 0x400):
+        raise OSError(ctypes.get_errno(), "linkat")
+os.mkdir(A + "/tmpd")
+names = sorted(os.listdir(B + "/tmpd"))
+fd = os.open(A + "/tmpd", os.O_TMPFILE | os.O_RDWR, 0o644)
+os.write(fd, b"made on A" * 1000)
+want("B lists nothing new while it has no name", names, sorted(os.listdir(B + "/tmpd")))
+linkfd(fd, A + "/tmpd/named")
+want("B reads the linked file", b"made on A" * 1000, rd(B + "/tmpd/named"))
+want("B: one link", 1, os.stat(B + "/tmpd/named").st_nlink)
+os.write(fd, b"+more")
+want("B reads a write through the tmpfile fd", b"made on A" * 1000 + b"+more", rd(B + "/tmpd/named"))
+os.close(fd)
+fd = os.open(B + "/tmpd", os.O_TMPFILE | os.O_RDWR, 0o644)
+os.write(fd, b"b" * 100000)
+want("A lists only the named one", ["named"], sorted(os.listdir(A + "/tmpd")))
+os.close(fd)
+')"
 
 # --- the end ------------------------------------------------------------------------------
 

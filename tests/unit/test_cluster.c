@@ -34,6 +34,9 @@
  *    file, and written at unmount when a try-lock EX gets the glock;
  *    O_NOATIME and the no-atime flag decide before anything is locked.
  *
+ *  - fallocate COLLAPSE_RANGE, INSERT_RANGE and ZERO_RANGE on one node are
+ *    read at once by the other, also over blocks in the other's groups.
+ *
  * Recovery, withdraw, fencing and freeing are in test_cluster_crash.c;
  * the helpers in cluster_util.c.
  *
@@ -888,6 +891,78 @@ static void test_unlink_made_elsewhere(void **state)
 	cl_fini(&c);
 }
 
+
+/* --- fallocate modes that move or zero data (issue 20.6) -------------------------------- */
+
+/* The whole file on fs equals want[0, len). */
+static void assert_bytes(struct shoal_fs *fs, uint64_t ino, const uint8_t *want, size_t len)
+{
+	struct stat st;
+	uint8_t *buf = malloc(len + 1);
+
+	assert_non_null(buf);
+	assert_int_equal(shoal_getattr(fs, ino, &st), 0);
+	assert_int_equal(st.st_size, len);
+	assert_int_equal(shoal_read(fs, ino, buf, len + 1, 0, O_RDONLY), (ssize_t)len);
+	assert_memory_equal(buf, want, len);
+	free(buf);
+}
+
+/*
+ * COLLAPSE_RANGE, INSERT_RANGE and ZERO_RANGE on one node: the other reads
+ * the right bytes and size at once (it held the inode SH and had read the
+ * file).  The file's second half was written by the other node, so its
+ * blocks lie in groups that node holds: the shift takes them over.
+ */
+static void test_fallocate_shift(void **state)
+{
+	struct cluster c;
+	struct shoal_fs *a, *b;
+	const size_t bs = 4096, cap = 800 * 4096;
+	uint8_t *m = calloc(1, cap);
+	size_t len = 600 * bs + 99;
+	(void)state;
+
+	assert_non_null(m);
+	cl_start(&c, 2, 8000);
+	cl_touch_root(&c);
+	a = c.c_fs[0];
+	b = c.c_fs[1];
+	uint64_t root = shoal_root(a);
+	uint64_t f = mkfile(a, root, "f", 300 * bs, 1);
+	fill_pattern(m, 300 * bs, 0, 1);
+	fill_pattern(m + 300 * bs, len - 300 * bs, 300 * bs, 2);
+	assert_int_equal(shoal_write(b, &root_ctx, f, m + 300 * bs, len - 300 * bs, 300 * bs,
+				     O_RDWR),
+			 (ssize_t)(len - 300 * bs));
+	assert_bytes(a, f, m, len);
+	assert_bytes(b, f, m, len);
+
+	/* a collapses 200 blocks across both halves: b sees it */
+	assert_int_equal(shoal_fallocate(a, f, FALLOC_FL_COLLAPSE_RANGE, 250 * bs, 200 * bs), 0);
+	memmove(m + 250 * bs, m + 450 * bs, len - 450 * bs);
+	len -= 200 * bs;
+	assert_bytes(b, f, m, len);
+	/* b inserts 100 blocks: a sees them */
+	assert_int_equal(shoal_fallocate(b, f, FALLOC_FL_INSERT_RANGE, 10 * bs, 100 * bs), 0);
+	memmove(m + 110 * bs, m + 10 * bs, len - 10 * bs);
+	memset(m + 10 * bs, 0, 100 * bs);
+	len += 100 * bs;
+	assert_bytes(a, f, m, len);
+	/* a zeroes an unaligned range and grows the file: b sees it */
+	assert_int_equal(shoal_fallocate(a, f, FALLOC_FL_ZERO_RANGE, len - 1000, 3 * bs), 0);
+	memset(m + len - 1000, 0, 3 * bs);
+	len += 3 * bs - 1000;
+	assert_bytes(b, f, m, len);
+	assert_bytes(a, f, m, len);
+
+	cl_unmount_all(&c);
+	cl_lockd_stop(&c);
+	cl_fsck(&c);
+	cl_fini(&c);
+	free(m);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -899,6 +974,7 @@ int main(void)
 		cmocka_unit_test(test_concurrent_alloc),
 		cmocka_unit_test(test_read_never_ex),
 		cmocka_unit_test(test_kept_atime_after_change),
+		cmocka_unit_test(test_fallocate_shift),
 	};
 	signal(SIGPIPE, SIG_IGN);
 	if (getenv("SHOAL_TEST_FILTER")) /* e.g. SHOAL_TEST_FILTER=test_coherence */

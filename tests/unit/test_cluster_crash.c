@@ -6,8 +6,9 @@
  *    exists here), writes and fsyncs, and is killed with SIGKILL; node b
  *    blocks on a's locks until a's lease (1.5 s) has expired, replays a's
  *    journal (its recoveries counter grows) and then sees exactly what a
- *    fsync'ed; a mounts again under its own name and sees the same; fsck
- *    is clean;
+ *    fsync'ed (fallocate's collapse, insert and zero modes, a whiteout,
+ *    and a tmpfile open at the kill among it); a mounts again under its
+ *    own name and sees the same; fsck is clean;
  *  - withdraw: a journal write of node a fails after a committed work that
  *    is in its journal only; a turns read-only, fences its device and
  *    keeps its locks; b waits for a's lease and replays a's journal, then
@@ -75,7 +76,7 @@ static void rec_child(const char *img, const char *lock, int rfd, int wfd)
 	struct shoal_dev *dev;
 	struct shoal_fs *fs;
 	struct stat st;
-	uint64_t root, dir, f1, f2;
+	uint64_t root, dir, f1, f2, sh;
 	uint8_t *buf = malloc(REC_F1);
 	char go;
 	int err = 0;
@@ -118,6 +119,21 @@ static void rec_child(const char *img, const char *lock, int rfd, int wfd)
 	CK("release gone", shoal_release(fs, st.st_ino, O_RDWR));
 	CK("unlink gone", shoal_unlink(fs, &root_ctx, dir, "gone"));
 	CK("fsync dir", shoal_fsync(fs, dir, 0));
+	/* fallocate's shifting and zeroing modes, a whiteout, and a tmpfile
+	 * still open at the kill: all made durable (issue 20.6) */
+	fill_pattern(buf, REC_F1, 0, 34);
+	CK("create sh", shoal_create(fs, &root_ctx, dir, "sh", 0644, O_RDWR, &st));
+	sh = st.st_ino;
+	CK("write sh", shoal_write(fs, &root_ctx, sh, buf, REC_F1, 0, O_RDWR));
+	CK("collapse sh", shoal_fallocate(fs, sh, FALLOC_FL_COLLAPSE_RANGE, 8 * KiB, 100 * KiB));
+	CK("insert sh", shoal_fallocate(fs, sh, FALLOC_FL_INSERT_RANGE, 4 * KiB, 12 * KiB));
+	CK("zero sh", shoal_fallocate(fs, sh, FALLOC_FL_ZERO_RANGE, 1000, 5000));
+	CK("create w", shoal_create(fs, &root_ctx, dir, "w", 0644, O_RDWR, &st));
+	CK("release w", shoal_release(fs, st.st_ino, O_RDWR));
+	CK("whiteout w", shoal_rename(fs, &root_ctx, dir, "w", dir, "w2", RENAME_WHITEOUT));
+	CK("tmpfile", shoal_tmpfile(fs, &root_ctx, dir, 0600, O_RDWR, &st));
+	CK("write tmpfile", shoal_write(fs, &root_ctx, st.st_ino, buf, 50000, 0, O_RDWR));
+	CK("fsync sh", shoal_fsync(fs, sh, 0));
 	/* not made durable: may or may not survive, but must not break anything */
 	CK("create loose", shoal_create(fs, &root_ctx, dir, "loose", 0644, O_RDWR, &st));
 	CK("write loose", shoal_write(fs, &root_ctx, st.st_ino, buf, 5000, 0, O_RDWR));
@@ -185,6 +201,32 @@ static uint64_t rec_check(struct shoal_fs *fs, uint64_t root)
 	assert_pattern(fs, must_lookup(fs, dir, "f3"), REC_F3, 32);
 	assert_int_equal(lookup_ino(fs, dir, "f2"), -ENOENT);
 	assert_int_equal(lookup_ino(fs, dir, "gone"), -ENOENT);
+
+	/* sh: collapsed, inserted into and zeroed as rec_child did */
+	size_t len = REC_F1 - 100 * KiB + 12 * KiB;
+	uint8_t *want = malloc(REC_F1), *m = malloc(len), *got = malloc(len + 1);
+	struct stat st;
+	assert_non_null(want);
+	assert_non_null(m);
+	assert_non_null(got);
+	fill_pattern(want, REC_F1, 0, 34);
+	memcpy(m, want, 4 * KiB);
+	memset(m + 4 * KiB, 0, 12 * KiB);
+	memcpy(m + 16 * KiB, want + 4 * KiB, 4 * KiB);
+	memcpy(m + 20 * KiB, want + 108 * KiB, REC_F1 - 108 * KiB);
+	memset(m + 1000, 0, 5000);
+	uint64_t sh = must_lookup(fs, dir, "sh");
+	assert_int_equal(shoal_read(fs, sh, got, len + 1, 0, O_RDONLY), (ssize_t)len);
+	assert_memory_equal(got, m, len);
+	free(want);
+	free(m);
+	free(got);
+	/* w: a whiteout; w2 the file */
+	assert_int_equal(shoal_lookup(fs, dir, "w", &st), 0);
+	shoal_forget(fs, st.st_ino, 1);
+	assert_true(S_ISCHR(st.st_mode));
+	assert_int_equal(st.st_rdev, 0);
+	must_lookup(fs, dir, "w2");
 	return dir;
 }
 

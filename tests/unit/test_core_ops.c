@@ -613,7 +613,7 @@ static void test_fallocate_punch(void **state)
 
 	assert_int_equal(shoal_fallocate(e.e_fs, f, 0, 0, 0), -EINVAL);
 	assert_int_equal(shoal_fallocate(e.e_fs, f, FALLOC_FL_PUNCH_HOLE, 0, 10), -EOPNOTSUPP);
-	assert_int_equal(shoal_fallocate(e.e_fs, f, FALLOC_FL_COLLAPSE_RANGE, 0, bs), -EOPNOTSUPP);
+	assert_int_equal(shoal_fallocate(e.e_fs, f, FALLOC_FL_UNSHARE_RANGE, 0, bs), -EOPNOTSUPP);
 	uint64_t d = mkdirat_(&e, e.e_root, "d");
 	assert_int_equal(shoal_fallocate(e.e_fs, d, 0, 0, bs), -EISDIR);
 
