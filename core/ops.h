@@ -1,5 +1,5 @@
 /*
- * ops.h - what the operation modules of libshoal (ops.c, falloc.c) share:
+ * ops.h - what the operation modules of libshoal (ops.c, rw.c, falloc.c) share:
  * fs_lock, the glock hold of an operation, the restart loop (RUN), and the
  * privileges a write-like operation drops.  Private to core/.
  */
@@ -28,6 +28,13 @@ static inline int nochange_flags(struct shoal_inode *ip)
 static inline int hold(struct shoal_fs *fs, uint64_t ino, int state)
 {
 	return gl_hold(fs, GL_INODE, ino, state);
+}
+
+/* Hold the inode's glock in state, then the in-memory inode. */
+static inline int iget(struct shoal_fs *fs, uint64_t ino, int state, struct shoal_inode **ipp)
+{
+	int err = hold(fs, ino, state);
+	return err ? err : inode_get(fs, ino, ipp);
 }
 
 /*
@@ -72,6 +79,9 @@ static inline void io_put(struct shoal_fs *fs, struct shoal_inode *ip)
 	inode_put(fs, ip);
 	UNLOCK(fs);
 }
+
+/* ops.c: a read's atime, as docs/LOCKING.md "atime" says. */
+void ops_update_atime(struct shoal_fs *fs, struct shoal_inode *ip, int flags);
 
 /*
  * ops.c: what writing, truncating or fallocating drops (set-ID bits,

@@ -559,7 +559,7 @@ static void pin_cpu(const struct mount_args *ma)
  * cost a GETXATTR of security.capability before the WRITE: two round
  * trips where one does), and it leaves killing set-ID bits on write,
  * truncate and chown, and a file's capability on write and truncate, to
- * libshoal (core/ops.c kill_priv), which does it on every node's behalf.
+ * libshoal (core/ops.c ops_kill_priv), which does it on every node's behalf.
  * Only if the kernel offered the flag; any libfuse without custom io
  * support simply mounts without it.
  *
