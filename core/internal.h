@@ -384,6 +384,9 @@ int inode_destroy(struct shoal_fs *fs, struct shoal_inode *ip);
 int inode_maybe_free(struct shoal_fs *fs, struct shoal_inode *ip);
 int inode_check(struct shoal_fs *fs, struct shoal_buf *b);
 
+/* super.c: of free blocks, what one file can hold as data (statfs) */
+uint64_t fs_usable_blocks(struct shoal_fs *fs, uint64_t free);
+
 /* bmap.c */
 /* Map logical block lblk: *pblk 0 for a hole; *run = contiguous blocks. */
 int bmap_get(struct shoal_fs *fs, struct shoal_inode *ip, uint64_t lblk, uint64_t *pblk,

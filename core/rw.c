@@ -117,6 +117,43 @@ static ssize_t do_read_direct(struct shoal_fs *fs, uint64_t ino, size_t size, ui
 }
 
 /*
+ * An O_DIRECT write is all or nothing: the kernel turns a short direct
+ * write into EIO (its asynchronous direct I/O), so one that could run out
+ * of space part way is refused with ENOSPC before anything moves.  Counts
+ * the holes of the range (what must be allocated), their block map, and
+ * what df shows free.
+ */
+static int direct_room(struct shoal_fs *fs, struct shoal_inode *ip, size_t size, uint64_t off)
+{
+	uint64_t lblk = off >> fs->fs_bshift, end, holes = 0;
+
+	if (!size)
+		return 0;
+	end = (off + size - 1) >> fs->fs_bshift;
+	if (ip_di(ip)->di_height == 0) {
+		holes = end + 1; /* inline data moves to blocks */
+	} else {
+		while (lblk <= end) {
+			uint64_t pblk;
+			uint32_t run;
+			int err = bmap_get(fs, ip, lblk, &pblk, &run);
+			if (err)
+				return err;
+			if (!run)
+				run = 1;
+			if (run > end - lblk + 1)
+				run = (uint32_t)(end - lblk + 1);
+			if (!pblk)
+				holes += run;
+			lblk += run;
+		}
+	}
+	if (holes && fs_usable_blocks(fs, rg_statfs_free(fs)) < holes)
+		return -ENOSPC;
+	return 0;
+}
+
+/*
  * Everything a write checks and reserves before its data moves.  An
  * O_APPEND write (not the kernel's writeback of a mapping, which has its
  * pages' own positions) goes to the end of file found here, under the
@@ -146,6 +183,8 @@ static ssize_t write_begin(struct shoal_fs *fs, const struct shoal_ctx *ctx, uin
 		n = -EPERM;
 	else if ((di->di_flags & SHOAL_DIF_APPEND) && *offp != di->di_size)
 		n = -EPERM;
+	if (!n && (flags & O_DIRECT) && !(ctx && (ctx->c_flags & SHOAL_CTX_CACHE)))
+		n = direct_room(fs, ip, size, *offp);
 	if (!n) {
 		uint32_t res = (uint32_t)(nblk / SHOAL_IND_PTRS(fs->fs_bsize) +
 					  nblk / SHOAL_RG_MAX_LENGTH(fs->fs_bsize)) +

@@ -726,6 +726,24 @@ void shoal_counters(struct shoal_fs *fs, struct shoal_counters *out)
 	out->sc_lease_refused = ds.ds_lease_refused;
 }
 
+/*
+ * Of free blocks, how many one file can hold as data: its block map needs
+ * an indirect block for every SHOAL_IND_PTRS data blocks (and one per
+ * level above), so df does not promise what a fallocate of it all cannot
+ * have (ext4 keeps the same margin out of f_bavail with its reserved
+ * blocks).
+ */
+uint64_t fs_usable_blocks(struct shoal_fs *fs, uint64_t free)
+{
+	uint64_t ptrs = SHOAL_IND_PTRS(fs->fs_bsize), meta = 0, n = free;
+
+	for (int h = 0; h < SHOAL_MAX_HEIGHT && n > 1; h++) {
+		n = (n + ptrs - 1) / ptrs;
+		meta += n;
+	}
+	return free > meta ? free - meta : 0;
+}
+
 int shoal_statfs(struct shoal_fs *fs, struct statvfs *sv)
 {
 	uint64_t total = 0, dinodes = 0;
@@ -741,7 +759,7 @@ int shoal_statfs(struct shoal_fs *fs, struct statvfs *sv)
 	sv->f_frsize = fs->fs_bsize;
 	sv->f_blocks = total;
 	sv->f_bfree = fr;
-	sv->f_bavail = fr;
+	sv->f_bavail = fs_usable_blocks(fs, fr);
 	sv->f_files = total;
 	sv->f_ffree = fr;
 	sv->f_favail = fr;
