@@ -118,6 +118,12 @@ static int do_lookup(struct shoal_fs *fs, uint64_t parent, const char *name, str
 	err = hold(fs, parent, GL_SH);
 	if (err)
 		goto out;
+	if (!strcmp(name, ".")) {
+		/* by node id, any inode (a file handle: open_by_handle_at,
+		 * NFS); one that is gone is ESTALE */
+		ino = parent;
+		goto found;
+	}
 	err = get_dir(fs, parent, &dp);
 	if (err)
 		goto out;
@@ -126,13 +132,12 @@ static int do_lookup(struct shoal_fs *fs, uint64_t parent, const char *name, str
 		inode_put(fs, dp);
 		goto out;
 	}
-	if (!strcmp(name, "."))
-		ino = parent;
-	else if (!strcmp(name, ".."))
+	if (!strcmp(name, ".."))
 		ino = ip_di(dp)->di_parent ? ip_di(dp)->di_parent : parent;
 	else
 		err = dir_lookup(fs, dp, name, &ino, NULL);
 	inode_put(fs, dp);
+found:
 	if (!err)
 		err = hold(fs, ino, GL_SH);
 	if (!err)
@@ -141,8 +146,13 @@ static int do_lookup(struct shoal_fs *fs, uint64_t parent, const char *name, str
 		goto out;
 	err = inode_get(fs, ino, &ip);
 	if (err) {
-		if (err == -ESTALE)
+		if (err == -ESTALE && ino != parent)
 			err = -EIO; /* entry points at something that is not an inode */
+		goto out;
+	}
+	if (ino == parent && !ip_di(ip)->di_nlink && !ip->i_open) {
+		inode_put(fs, ip); /* unlinked: a handle of it is stale */
+		err = -ESTALE;
 		goto out;
 	}
 	inode_lookups(ip, ip->i_nlookup + 1);

@@ -281,8 +281,15 @@ static void op_init(void *userdata, struct fuse_conn_info *conn)
 	 * kernel's setattr, so libshoal needs no special case for either.
 	 */
 	conn->want &= ~(FUSE_CAP_WRITEBACK_CACHE | FUSE_CAP_AUTO_INVAL_DATA |
-			FUSE_CAP_ATOMIC_O_TRUNC | FUSE_CAP_HANDLE_KILLPRIV |
-			FUSE_CAP_EXPORT_SUPPORT);
+			FUSE_CAP_ATOMIC_O_TRUNC | FUSE_CAP_HANDLE_KILLPRIV);
+	/*
+	 * File handles (name_to_handle_at, NFS export): node id and
+	 * generation; the kernel finds an inode it dropped by a lookup of "."
+	 * in its node id, and a directory's parent by "..", which libshoal
+	 * answers for any inode (ESTALE once it is gone).
+	 */
+	if (conn->capable & FUSE_CAP_EXPORT_SUPPORT)
+		conn->want |= FUSE_CAP_EXPORT_SUPPORT;
 	/*
 	 * POSIX ACLs: the kernel checks them (it reads system.posix_acl_access
 	 * and caches it until the inode's attributes are dropped, which a
@@ -327,8 +334,8 @@ static void op_lookup(fuse_req_t req, fuse_ino_t parent, const char *name)
 	int ret;
 
 	ret = shoal_lookup(fs, ino_in(fs, parent), name, &st);
-	if (ret == 0 || ret == -ENOENT)
-		names_note(parent, name);
+	if ((ret == 0 || ret == -ENOENT) && strcmp(name, ".") && strcmp(name, ".."))
+		names_note(parent, name); /* "." and "..": a file handle's, no dentry */
 	if (ret == -ENOENT) {
 		/* A negative entry: the kernel remembers the name is free. */
 		memset(&e, 0, sizeof(e));
