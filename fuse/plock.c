@@ -31,7 +31,9 @@
  *  (3) exactly one reply per request: the waiting request is answered by
  *      whichever of its sender (after registering the interrupt callback)
  *      and its completion comes second (pw_registered, pw_done under
- *      pw_mu), after taking the interrupt callback back.
+ *      pw_mu), after taking the interrupt callback back; none once the
+ *      session is being destroyed (plock_session_end: the unmount, whose
+ *      LEAVE answers the waits that are left with ENOTCONN).
  */
 #include "smount.h"
 
@@ -173,14 +175,29 @@ struct pl_wait {
 };
 
 static pthread_mutex_t pw_mu = PTHREAD_MUTEX_INITIALIZER;
+/* Read-held while a late answer uses the session; plock_session_end
+ * write-holds it to set pw_gone. */
+static pthread_rwlock_t pw_session = PTHREAD_RWLOCK_INITIALIZER;
+static int pw_gone; /* the session is being destroyed (pw_session) */
 
 static void pw_finish(struct pl_wait *pw)
 {
-	fuse_req_interrupt_func(pw->pw_req, NULL, NULL); /* waits for a running pw_interrupt */
-	if (!pw->pw_err)
-		owner_note(pw->pw_ino, pw->pw_owner, pw->pw_fh);
-	reply_plock_err(pw->pw_req, pw->pw_err);
+	pthread_rwlock_rdlock(&pw_session);
+	if (!pw_gone) {
+		fuse_req_interrupt_func(pw->pw_req, NULL, NULL); /* waits for a running pw_interrupt */
+		if (!pw->pw_err)
+			owner_note(pw->pw_ino, pw->pw_owner, pw->pw_fh);
+		reply_plock_err(pw->pw_req, pw->pw_err);
+	}
+	pthread_rwlock_unlock(&pw_session);
 	free(pw);
+}
+
+void plock_session_end(void)
+{
+	pthread_rwlock_wrlock(&pw_session);
+	pw_gone = 1;
+	pthread_rwlock_unlock(&pw_session);
 }
 
 /* The lock manager's answer (its thread; lockd.h lkc_plock_wait). */

@@ -96,6 +96,10 @@ void plock_flock(fuse_req_t req, struct shoal_fs *fs, uint64_t ino, struct fuse_
 		 int op);
 /* a close (FLUSH with the process's lock owner): its POSIX locks on ino go */
 void plock_flush(struct shoal_fs *fs, uint64_t ino, uint64_t lock_owner);
+/* The FUSE session is about to be destroyed: a lock wait that lockd
+ * answers after this is not replied to (its process is gone with the
+ * mount).  Waits for a reply being sent. */
+void plock_session_end(void);
 /* the last close of open file fh: its OFD and flock locks go */
 void plock_release(struct shoal_fs *fs, uint64_t ino, uint64_t fh, int flock_release,
 		   uint64_t lock_owner);

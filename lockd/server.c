@@ -879,6 +879,7 @@ static void node_die(struct lockd *d, struct ld_node *nd, uint64_t silent_ns)
 	}
 	if (nd->nd_conn)
 		conn_close(d, nd->nd_conn, NULL);
+	plock_node_disconnected(d, d->ld_plock, nd); /* its waits go; its plocks stay (zombies) */
 	list_for_each_safe(p, t, &nd->nd_locks) {
 		struct ld_lock *lk = container_of(p, struct ld_lock, lk_nlink);
 		struct ld_res *rs = lk->lk_res;
