@@ -13,7 +13,8 @@
  *    owners across nodes and inodes;
  *  - CLOSE drops one owner's locks and grants the waiters;
  *  - a node that leaves loses its locks; one that dies keeps them until
- *    RECOVERY_DONE of its journal, and its waiting requests go at once;
+ *    RECOVERY_DONE of its journal, and its waiting requests go at once,
+ *    also when it died silent with its socket still open (a raw node);
  *  - lockd keeps no state for an inode nobody locks (lockd_plock_count).
  */
 #include <errno.h>
@@ -25,11 +26,14 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <sys/un.h>
 #include <time.h>
 #include <unistd.h>
 
 #include <cmocka.h>
 
+#include "lk_proto.h"
 #include "shoal/lockd.h"
 
 #define TABLE "test:fs"
@@ -381,12 +385,108 @@ static void test_death(void **state)
 	lockd_stop(d);
 }
 
+/* A raw node (lk_proto.h): joins, sends frames, then goes silent. */
+static int raw_frame(int fd, uint8_t *buf)
+{
+	size_t have = 0, want = 4;
+
+	while (have < want) {
+		ssize_t n = read(fd, buf + have, want - have);
+		if (n <= 0)
+			return -1;
+		have += (size_t)n;
+		if (have == 4 && want == 4) {
+			want = 4 + lkp_get32(buf);
+			if (want > LKP_MAX_FRAME)
+				return -1;
+		}
+	}
+	return lkp_get16(buf + 4);
+}
+
+static int raw_join(const char *name)
+{
+	struct sockaddr_un sun = { .sun_family = AF_UNIX };
+	uint8_t buf[LKP_MAX_FRAME], *p = buf + LKP_HDR;
+	size_t nl = strlen(name), tl = strlen(TABLE), len;
+	int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	struct timeval tv = { 3, 0 };
+
+	assert_true(fd >= 0);
+	snprintf(sun.sun_path, sizeof(sun.sun_path), "%s", sockpath);
+	assert_int_equal(connect(fd, (struct sockaddr *)&sun, sizeof(sun)), 0);
+	setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+	assert_int_equal(raw_frame(fd, buf), LKP_CHALLENGE);
+	len = lkp_hdr(buf, LKP_JOIN, 0, LKP_JOIN_FIXED + nl + tl);
+	memset(p, 0, LKP_JOIN_FIXED);
+	lkp_put32(p, LKP_VERSION);
+	lkp_put32(p + 4, 4);
+	p[40] = (uint8_t)nl;
+	p[41] = (uint8_t)tl;
+	memcpy(p + 44, name, nl);
+	memcpy(p + 44 + nl, TABLE, tl);
+	assert_int_equal(send(fd, buf, len, MSG_NOSIGNAL), (ssize_t)len);
+	assert_int_equal(raw_frame(fd, buf), LKP_JOIN_OK);
+	return fd;
+}
+
+static void raw_plock(int fd, uint32_t seq, int op, uint64_t ino, int type, uint64_t s, uint64_t e)
+{
+	uint8_t f[LKP_HDR + LKP_PLOCK_LEN], *p = f + LKP_HDR;
+
+	lkp_hdr(f, LKP_PLOCK, seq, LKP_PLOCK_LEN);
+	memset(p, 0, LKP_PLOCK_LEN);
+	lkp_put32(p, (uint32_t)op);
+	lkp_put64(p + 8, ino);
+	lkp_put64(p + 16, 1);
+	lkp_put64(p + 24, s);
+	lkp_put64(p + 32, e);
+	lkp_put32(p + 40, (uint32_t)type);
+	assert_int_equal(send(fd, f, sizeof(f), MSG_NOSIGNAL), (ssize_t)sizeof(f));
+}
+
+static void test_silent_death(void **state)
+{
+	struct lockd *d = server_start(300);
+	uint8_t buf[LKP_MAX_FRAME];
+	struct tnode a;
+	int fd;
+
+	(void)state;
+	join(&a, "a");
+	fd = raw_join("v");
+	raw_plock(fd, 1, 2, 30, LK_PL_WR, 0, 9); /* SET: granted */
+	assert_int_equal(raw_frame(fd, buf), LKP_PLOCK_REPLY);
+	assert_int_equal(lkp_get32(buf + LKP_HDR), 0);
+	assert_int_equal(set(&a, 31, 1, LK_PL_WR, 0, 0), 0);
+	raw_plock(fd, 2, 3, 31, LK_PL_WR, 0, 0); /* SETW: waits for a */
+	/* v goes silent, its socket open: dead after its lease */
+	for (int i = 0; i < 400 && !a.nrec; i++)
+		sleep_ms(5);
+	assert_int_equal(a.nrec, 1);
+	/* its waiting request went with it: a's unlock grants nobody */
+	assert_int_equal(set(&a, 31, 1, LK_PL_UN, 0, 0), 0);
+	assert_int_equal(set(&a, 31, 2, LK_PL_WR, 0, 0), 0);
+	/* its granted lock stays until its journal is recovered */
+	assert_int_equal(set(&a, 30, 1, LK_PL_RD, 5, 5), -EAGAIN);
+	assert_int_equal(lkc_lock(a.c, 9, 1, LK_EX, 0, NULL, NULL), LK_EX);
+	assert_int_equal(lkc_recovery_done(a.c, 1), 0);
+	assert_int_equal(set(&a, 30, 1, LK_PL_RD, 5, 5), 0);
+	assert_int_equal(closeo(&a, 30, 1), 0);
+	assert_int_equal(closeo(&a, 31, 2), 0);
+	assert_int_equal(count_settled(d, 0), 0);
+	close(fd);
+	lkc_close(a.c);
+	lockd_stop(d);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test_setup_teardown(test_conflicts_split_merge, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_wait_cancel_deadlock, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_death, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_silent_death, setup, teardown),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
