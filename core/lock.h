@@ -156,6 +156,7 @@ struct lm_ops {
 	void (*lm_withdraw)(struct shoal_fs *fs, const char *why);
 	/* optional (a cluster lock module): posix and flock locks of files
 	 * (shoal.h shoal_plock*, lockd.h lkc_plock*); NULL: the kernel's own */
+	int (*lm_plock_ok)(struct shoal_fs *fs); /* the lock manager serves them */
 	int (*lm_plock)(struct shoal_fs *fs, int op, struct lk_plock *pl);
 	int (*lm_plock_wait)(struct shoal_fs *fs, const struct lk_plock *pl,
 			     void (*done)(void *arg, int err), void *arg, uint32_t *token);

@@ -168,6 +168,11 @@ static void lks_withdraw(struct shoal_fs *fs, const char *why)
 	dev_set_lease(fs->fs_dev, DEV_LEASE_OVER); /* (3) */
 }
 
+static int lks_plock_ok(struct shoal_fs *fs)
+{
+	return lkc_plock_supported(fs->fs_lm_priv);
+}
+
 static int lks_plock(struct shoal_fs *fs, int op, struct lk_plock *pl)
 {
 	return lkc_plock(fs->fs_lm_priv, op, pl);
@@ -193,6 +198,7 @@ const struct lm_ops lm_shoal_ops = {
 	.lm_unlock = shoal_unlock,
 	.lm_recovery_done = shoal_recovery_done,
 	.lm_withdraw = lks_withdraw,
+	.lm_plock_ok = lks_plock_ok,
 	.lm_plock = lks_plock,
 	.lm_plock_wait = lks_plock_wait,
 	.lm_plock_cancel = lks_plock_cancel,

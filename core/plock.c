@@ -2,8 +2,9 @@
  * plock.c - posix (fcntl, OFD) and flock locks of files through the lock
  * module (docs/LOCKING.md "Posix and flock locks"): with a cluster lock
  * module they are held by shoal-lockd's plock lock space, so they hold
- * across nodes; with lock=nolock the kernel keeps them (the FUSE glue does
- * not offer them) and these calls return -ENOSYS.
+ * across nodes; with lock=nolock, or a lockd too old to serve them, the
+ * kernel keeps them (the FUSE glue does not offer them) and these calls
+ * return -ENOSYS.
  *
  * They take no glock and no fs_lock: a posix lock protects nothing of
  * shoal's own, only what programs agree on.  (1) a lock module that lost
@@ -22,12 +23,12 @@ static int lost(int err)
 
 int shoal_plock_supported(struct shoal_fs *fs)
 {
-	return fs->fs_lm->lm_plock != NULL;
+	return fs->fs_lm->lm_plock && fs->fs_lm->lm_plock_ok && fs->fs_lm->lm_plock_ok(fs);
 }
 
 int shoal_plock(struct shoal_fs *fs, int op, struct lk_plock *pl)
 {
-	if (!fs->fs_lm->lm_plock)
+	if (!shoal_plock_supported(fs))
 		return -ENOSYS;
 	return lost(fs->fs_lm->lm_plock(fs, op, pl));
 }
@@ -35,14 +36,14 @@ int shoal_plock(struct shoal_fs *fs, int op, struct lk_plock *pl)
 int shoal_plock_wait(struct shoal_fs *fs, const struct lk_plock *pl,
 		     void (*done)(void *arg, int err), void *arg, uint32_t *token)
 {
-	if (!fs->fs_lm->lm_plock_wait)
+	if (!shoal_plock_supported(fs))
 		return -ENOSYS;
 	return lost(fs->fs_lm->lm_plock_wait(fs, pl, done, arg, token));
 }
 
 int shoal_plock_cancel(struct shoal_fs *fs, uint64_t ino, uint32_t token)
 {
-	if (!fs->fs_lm->lm_plock_cancel)
+	if (!shoal_plock_supported(fs))
 		return -ENOSYS;
 	return lost(fs->fs_lm->lm_plock_cancel(fs, ino, token));
 }

@@ -307,10 +307,15 @@ static void op_init(void *userdata, struct fuse_conn_info *conn)
 	 * manager holds them (plock.c), so they hold across nodes; with
 	 * lock=nolock the kernel keeps them itself, as for ext4.
 	 */
-	if (shoal_plock_supported(((struct smount *)userdata)->sm_fs))
+	if (shoal_plock_supported(((struct smount *)userdata)->sm_fs)) {
 		conn->want |= conn->capable & (FUSE_CAP_POSIX_LOCKS | FUSE_CAP_FLOCK_LOCKS);
-	else
+	} else {
 		conn->want &= ~(FUSE_CAP_POSIX_LOCKS | FUSE_CAP_FLOCK_LOCKS);
+		if (smount_cluster)
+			fprintf(stderr, "shoal-mount: shoal-lockd does not serve posix and flock "
+					"locks (too old): fcntl and flock locks hold on this node "
+					"only; upgrade shoal-lockd\n");
+	}
 	conn->time_gran = 1;
 }
 

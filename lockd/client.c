@@ -108,6 +108,7 @@ struct lkc {
 	int c_spinning;		     /* atomic: a caller polls for its reply */
 	uint32_t c_hb_pend;	     /* atomic: heartbeat seq for the next sender */
 	uint64_t c_spin_ns;	     /* how long it polls: $SHOAL_LKC_SPIN_US, default 50 */
+	int c_plock;		     /* lockd serves PLOCK (CHALLENGE cflags), set before UP */
 };
 
 static void timespec_at(struct timespec *ts, uint64_t mono_ns)
@@ -428,6 +429,11 @@ static int plock_valid(const struct lk_plock *pl)
 {
 	return pl->pl_type <= LK_PL_UN && pl->pl_start <= pl->pl_end &&
 	       pl->pl_end <= (uint64_t)LK_PL_END_MAX;
+}
+
+int lkc_plock_supported(struct lkc *c)
+{
+	return c->c_plock;
 }
 
 int lkc_plock(struct lkc *c, int op, struct lk_plock *pl)
@@ -906,6 +912,7 @@ static int handshake(struct lkc *c, const struct lkp_addr *la, const struct lkc_
 		goto out_close;
 	}
 	cflags = lkp_get32(p + 4);
+	c->c_plock = !!(cflags & LKP_CF_PLOCK);
 	*lease_ms = lkp_get32(p + 8);
 	if (*lease_ms < 4) {
 		rc = -EPROTO;

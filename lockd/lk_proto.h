@@ -55,6 +55,7 @@ enum lkp_type {
 #define LKP_PLOCK_REPLY_LEN 32
 
 #define LKP_CF_AUTH 0x1		/* CHALLENGE: JOIN must carry the HMAC */
+#define LKP_CF_PLOCK 0x2	/* CHALLENGE: this lockd serves PLOCK (posix and flock locks) */
 #define LKP_RF_RETRY 0x1	/* REFUSE: try again later */
 #define LKP_JF_SELF_RECOVER 0x1 /* JOIN jflags: this node's mount replays its own journal
 				  * and sends RECOVERY_DONE for it (PROTOCOL.md) */

@@ -1410,7 +1410,7 @@ static void conn_accept(struct lockd *d, struct ld_listener *li)
 		if (!p)
 			continue;
 		lkp_put32(p, LKP_VERSION);
-		lkp_put32(p + 4, d->ld_secret ? LKP_CF_AUTH : 0);
+		lkp_put32(p + 4, (d->ld_secret ? LKP_CF_AUTH : 0) | LKP_CF_PLOCK);
 		lkp_put32(p + 8, (uint32_t)(d->ld_lease_ns / NS_PER_MS));
 		memcpy(p + 12, cn->cn_nonce, LKP_NONCE);
 		ld_log(d, LOG_DEBUG, "%s: connected", cn->cn_peer);

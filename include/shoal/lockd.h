@@ -151,6 +151,9 @@ struct lk_plock {
 	uint32_t pl_pid;	   /* the process asking (GET: holding) */
 	uint32_t pl_flags;	   /* LK_PL_FLOCK, LK_PL_MINE */
 };
+/* 1 when lockd serves plocks (its CHALLENGE said so: a lockd from before
+ * 2026-12-05 does not, and would drop a node that sent it PLOCK). */
+int lkc_plock_supported(struct lkc *c);
 /*
  * One plock request, answered before returning: LK_PL_GET (*pl becomes the
  * first lock of another owner in the way, pl_type LK_PL_UN if none),

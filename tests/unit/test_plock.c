@@ -232,6 +232,7 @@ static void test_conflicts_split_merge(void **state)
 	(void)state;
 	join(&a, "a");
 	join(&b, "b");
+	assert_int_equal(lkc_plock_supported(a.c), 1); /* CHALLENGE cflags PLOCK */
 	/* read locks share; a write conflicts with either; own locks never */
 	assert_int_equal(set(&a, 5, 1, LK_PL_RD, 0, 99), 0);
 	assert_int_equal(set(&b, 5, 1, LK_PL_RD, 50, 149), 0);
