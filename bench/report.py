@@ -39,6 +39,8 @@ MAIN_COLS = [("vs ext4", {"shoal": "ext4", "shoal-cl": "ext4", "fuse-null": "ext
 CACHE_COLS = [("cl/shoal", {"shoal-cl": "shoal"})]
 PP_COLS = [("vs ext4", {"shoal-cl": "ext4", "shoal-cl-hold0": "ext4"}),
            ("hold0/hold", {"shoal-cl-hold0": "shoal-cl"})]
+PL_COLS = [("vs ext4", {"shoal-cl": "ext4", "shoal-cl-hold0": "ext4"}),
+           ("vs null", {"shoal-cl": "fuse-null", "shoal-cl-hold0": "fuse-null"})]
 MM_COLS = [("vs ext4", {"shoal-cl": "ext4", "fuse-null": "ext4"}),
            ("vs null", {"shoal-cl": "fuse-null"})]
 
@@ -229,6 +231,15 @@ SPECS = {
         ("shoal_dev_flushes_per_append", "shoal stat a+b: dev_flushes per append", 1, "%.2f", []),
     ]),
     "mmread": (MM_COLS, mm_rows()),
+    "plock": (PL_COLS, [
+        ("uncontended_us", "uncontended lock+unlock (us; fuse-null: 1 round trip)", 1, "%.1f",
+         [("ratio", "shoal-cl", "fuse-null", "<=", 3.0)]),
+        ("pp0_handoffs_s", "ping-pong (a) locks only: handoffs/s", 1, "%.0f",
+         [("value", "shoal-cl", ">=", 2000)]),
+        ("pp1_handoffs_s", "ping-pong (b) read+increment: handoffs/s", 1, "%.0f",
+         [("value", "shoal-cl", ">=", 500)]),
+        ("pp1_lost", "  (b) increments not seen", 1, "%.0f", [("value", "shoal-cl", "==", 0)]),
+    ]),
 }
 FS_ORDER = ("ext4", "fuse-null", "shoal", "shoal-cl", "shoal-cl2", "shoal-cl-hold0")
 

@@ -11,7 +11,7 @@
 #   bench/run.sh [--rounds N] [--quick] [--dir DIR] [--fs LIST] [--appends N]
 #                [--mmread-cache warm|cold] [--shoal-on-file] [WORKLOAD...]
 #
-# WORKLOAD is meta, seq, fstest, cache, pingpong, mmread or lockd (default: all seven;
+# WORKLOAD is meta, seq, fstest, cache, pingpong, mmread, lockd or plock (default: all eight;
 # lockd is the lock manager's round trips against a bare Unix-socket echo,
 # see the "lockd" section below).  Results go to stdout and to
 # bench/results/DATE-WORKLOAD.txt.  Exit status: 0 when every run completed
@@ -42,7 +42,7 @@ usage() {
 usage: bench/run.sh [--rounds N] [--quick] [--dir DIR] [--fs LIST] [--appends N]
                     [--mmread-cache warm|cold] [--shoal-on-file] [WORKLOAD...]
 
-Runs each WORKLOAD (default: all of meta seq fstest cache pingpong mmread lockd;
+Runs each WORKLOAD (default: all of meta seq fstest cache pingpong mmread lockd plock;
 mmext and wbcost run only when named)
 N rounds (default 3; 1 with --quick) and prints medians and ratios.
   meta, fstest       on each variant of --fs
@@ -56,6 +56,10 @@ N rounds (default 3; 1 with --quick) and prints medians and ratios.
                      one per process; EX requests and callbacks for the file
   lockd              shoal-lockd lock+unlock round trips against a bare
                      Unix-socket echo, at least 3 rounds
+  plock              fcntl lock ping-pong between two nodes (ctdb ping_pong:
+                     locks only, and read+increment under each lock; ext4:
+                     two processes), and uncontended lock+unlock on one node
+                     against one FUSE round trip (fuse-null fsync)
   mmext              seeds/003: a file grown by ftruncate + mmap hunks, then
                      by one mapping grown with mremap
   wbcost             fsync of one dirty 4 KiB block of a big file
@@ -117,11 +121,11 @@ while [ $# -gt 0 ]; do
 		;;
 	--shoal-on-file) shoal_on_file=1; shift ;;
 	-h | --help) usage; exit 0 ;;
-	meta | seq | fstest | cache | pingpong | mmread | lockd | mmext | wbcost) workloads+=("$1"); shift ;;
+	meta | seq | fstest | cache | pingpong | mmread | lockd | plock | mmext | wbcost) workloads+=("$1"); shift ;;
 	*) echo "bench/run.sh: unknown argument $1" >&2; usage >&2; exit 2 ;;
 	esac
 done
-[ ${#workloads[@]} -gt 0 ] || workloads=(meta seq fstest cache pingpong mmread lockd)
+[ ${#workloads[@]} -gt 0 ] || workloads=(meta seq fstest cache pingpong mmread lockd plock)
 
 # The selected variants, in the canonical order (the rounds rotate it).
 for v in ${fs_list//,/ }; do
@@ -144,6 +148,8 @@ if [ "$quick" = 1 ]; then
 	pp_appends=${pp_appends:-300}
 	mm_mib=64
 	mm_iters=1000
+	pl_secs=2
+	pl_iters=2000
 else
 	rounds=${rounds:-3}
 	meta_files=100000
@@ -152,6 +158,8 @@ else
 	pp_appends=${pp_appends:-2000}
 	mm_mib=500  # the seed's 500 MiB file
 	mm_iters=5000
+	pl_secs=5
+	pl_iters=20000
 fi
 fst_kib=8192 # the 8 MiB file of seeds/001
 if [ "$quick" = 1 ]; then mmx_mib=256; wbc_mib=256; else mmx_mib=1024; wbc_mib=1024; fi
@@ -197,7 +205,7 @@ if [ -x "$build/fsck.shoal" ]; then cp "$build/fsck.shoal" "$bin/"; fi
 shoal_rev="$(git -C "$shoal_top" rev-parse --short HEAD 2>/dev/null || echo unknown)$(
 	git -C "$shoal_top" diff --quiet HEAD 2>/dev/null || echo ' + uncommitted changes'), built $(
 	date -r "$build/shoal-mount" '+%Y-%m-%d %H:%M:%S')$build_note"
-for p in metabench seqio fstest pingpong mmread mmext; do
+for p in metabench seqio fstest pingpong mmread mmext plockpp; do
 	cc -O2 -Wall -Wextra -Werror -D_GNU_SOURCE -o "$bin/$p" "$bench/$p.c"
 done
 # shellcheck disable=SC2046
@@ -492,7 +500,7 @@ fs_make() {
 			return 1
 		}
 		cl_lockd_start || return 1
-		if [ "$cur_w" = pingpong ]; then
+		if [ "$cur_w" = pingpong ] || [ "$cur_w" = plock ]; then
 			shoal_mount "$fs" "$pp_mnt_a" "$(cl_opts "$fs" a)" &&
 				shoal_mount "$fs" "$pp_mnt_b" "$(cl_opts "$fs" b)"
 		elif [ "$cur_w" = mmread ]; then
@@ -864,6 +872,35 @@ wl_pingpong() {
 	say "  round $r $fs: $n appends in $(field "$o" seconds)s = $(field "$o" ops_s)/s, latency p50 $(field "$o" lat_p50_us)us p99 $(field "$o" lat_p99_us)us$gl"
 }
 
+wl_plock_describe() {
+	meta workload "plock - the lock ping-pong of cluster filesystems (bench/plockpp.c, ctdb's ping_pong): two processes take turns holding fcntl write locks on consecutive 8-byte slots of one file (3 slots; each holds slot i and waits with F_SETLKW for slot i+1, then unlocks slot i), for $pl_secs s: (a) locks only; (b) under each lock read the slot's counter, check it is one more than this process last wrote there (the other's increment seen; the run fails otherwise) and write it + 1.  Handoffs = locks taken by both per second.  Uncontended: $pl_iters x (F_SETLK write lock of byte 0 + unlock) by one process on one node, average per pair"
+	meta "variants" "shoal-cl = the two processes on two nodes (node a and node b: two shoal-mount processes on one loop device, one shoal-lockd), uncontended on node a; shoal-cl-hold0 = the same with hold=0 (no minimum glock hold time: (b) moves the inode's glock between the nodes at every turn); ext4 = reference: two processes on one ext4 mount; fuse-null = the FUSE floor for the uncontended row: $pl_iters x fsync of an unchanged file on bench/nullfs.c, which answers at once (one FUSE round trip each)"
+}
+
+wl_plock() {
+	local fs=$1 r=$2 o=$work/pl.out a b rw
+	case $fs in
+	fuse-null)
+		runprog "$fs" "$r" "$o" "$bin/plockpp" rt "${mnt[fuse-null]}/pl.dat" "$pl_iters" || return 1
+		emit "$fs" "$r" uncontended_us "$(field "$o" uncontended_us)"
+		say "  round $r $fs: one FUSE round trip (fsync) $(field "$o" uncontended_us)us"
+		return 0
+		;;
+	ext4) a=${mnt[ext4]}/pl.dat b=$a ;;
+	*) a=$pp_mnt_a/pl.dat b=$pp_mnt_b/pl.dat ;;
+	esac
+	runprog "$fs" "$r" "$o" "$bin/plockpp" lat "$a" "$pl_iters" || return 1
+	emit "$fs" "$r" uncontended_us "$(field "$o" uncontended_us)"
+	local line="uncontended lock+unlock $(field "$o" uncontended_us)us"
+	for rw in 0 1; do
+		runprog "$fs" "$r" "$o" "$bin/plockpp" pp "$a" "$b" "$pl_secs" "$rw" || return 1
+		emit "$fs" "$r" "pp${rw}_handoffs_s" "$(field "$o" handoffs_s)"
+		emit "$fs" "$r" "pp${rw}_lost" "$(field "$o" lost)"
+		line+="; ping-pong $([ $rw = 0 ] && echo "(a) locks" || echo "(b) read+increment") $(field "$o" handoffs_s)/s, lost $(field "$o" lost)"
+	done
+	say "  round $r $fs: $line"
+}
+
 wl_mmread_describe() {
 	meta workload "mmread - seeds/000 (d_iogen mmread): a $mm_mib MiB file of pseudo-random bytes written through one mount; then N = 1, 2, 4 at once, $mm_iters iterations in total: mode iter = open, mmap the whole file read-only, copy a random 10 KiB range, munmap, close; mode once = one open+mmap per process, then $mm_iters random 10 KiB copies in total (bench/mmread.c; every copy spot-checked against the pattern)"
 	meta "variants" "ext4 = N processes on one ext4 mount; fuse-null (if listed) = N processes on one bench/nullfs.c mount, which keeps the file in memory: the kernel's FUSE alone (its OPEN round trip, its page cache of 4 KiB pages), no device, no locks; shoal-cl = N nodes, each its own shoal-mount (nodes a, b, c, d of one image, one shoal-lockd, lock=shoal), one process per node; after the file is written every node is unmounted and mounted again, so every glock starts UN (seed step 2)"
@@ -1022,6 +1059,14 @@ run_workload() {
 		for fs in "${sel_fses[@]}"; do
 			case $fs in
 			ext4) fses+=(ext4) ;;
+			shoal-cl) fses+=(shoal-cl shoal-cl-hold0) ;;
+			esac
+		done
+		;;
+	plock)
+		for fs in "${sel_fses[@]}"; do
+			case $fs in
+			ext4 | fuse-null) fses+=("$fs") ;;
 			shoal-cl) fses+=(shoal-cl shoal-cl-hold0) ;;
 			esac
 		done

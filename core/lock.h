@@ -22,6 +22,7 @@
 
 struct shoal_fs;
 struct glock;
+struct lk_plock;
 
 #ifndef ERESTART
 #define ERESTART 85
@@ -153,6 +154,13 @@ struct lm_ops {
 	 * until another node has replayed this node's journal (super.c
 	 * fs_error); never waits for the lock manager */
 	void (*lm_withdraw)(struct shoal_fs *fs, const char *why);
+	/* optional (a cluster lock module): posix and flock locks of files
+	 * (shoal.h shoal_plock*, lockd.h lkc_plock*); NULL: the kernel's own */
+	int (*lm_plock_ok)(struct shoal_fs *fs); /* the lock manager serves them */
+	int (*lm_plock)(struct shoal_fs *fs, int op, struct lk_plock *pl);
+	int (*lm_plock_wait)(struct shoal_fs *fs, const struct lk_plock *pl,
+			     void (*done)(void *arg, int err), void *arg, uint32_t *token);
+	int (*lm_plock_cancel)(struct shoal_fs *fs, uint64_t ino, uint32_t token);
 	int lm_cluster; /* several nodes: demotions and recovery happen */
 };
 

@@ -168,6 +168,27 @@ static void lks_withdraw(struct shoal_fs *fs, const char *why)
 	dev_set_lease(fs->fs_dev, DEV_LEASE_OVER); /* (3) */
 }
 
+static int lks_plock_ok(struct shoal_fs *fs)
+{
+	return lkc_plock_supported(fs->fs_lm_priv);
+}
+
+static int lks_plock(struct shoal_fs *fs, int op, struct lk_plock *pl)
+{
+	return lkc_plock(fs->fs_lm_priv, op, pl);
+}
+
+static int lks_plock_wait(struct shoal_fs *fs, const struct lk_plock *pl,
+			  void (*done)(void *arg, int err), void *arg, uint32_t *token)
+{
+	return lkc_plock_wait(fs->fs_lm_priv, pl, done, arg, token);
+}
+
+static int lks_plock_cancel(struct shoal_fs *fs, uint64_t ino, uint32_t token)
+{
+	return lkc_plock_cancel(fs->fs_lm_priv, ino, token);
+}
+
 const struct lm_ops lm_shoal_ops = {
 	.lm_name = "shoal",
 	.lm_mount = lks_mount,
@@ -177,5 +198,9 @@ const struct lm_ops lm_shoal_ops = {
 	.lm_unlock = shoal_unlock,
 	.lm_recovery_done = shoal_recovery_done,
 	.lm_withdraw = lks_withdraw,
+	.lm_plock_ok = lks_plock_ok,
+	.lm_plock = lks_plock,
+	.lm_plock_wait = lks_plock_wait,
+	.lm_plock_cancel = lks_plock_cancel,
 	.lm_cluster = 1,
 };

@@ -1209,6 +1209,7 @@ out_destroy:
 	inval_stop(); /* no notification uses the session after this */
 	names_forget_all();
 	nid_forget_all();
+	plock_session_end(); /* a lock wait answered later must not use se */
 	fuse_session_destroy(se); /* closes /dev/fuse: a pending stat fails */
 	ctl_stop(ctl);
 out_unmount:

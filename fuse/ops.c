@@ -315,6 +315,20 @@ static void op_init(void *userdata, struct fuse_conn_info *conn)
 	 */
 	if (smount_cluster)
 		conn->want &= ~(FUSE_CAP_READDIRPLUS | FUSE_CAP_READDIRPLUS_AUTO);
+	/*
+	 * fcntl, OFD and flock locks: with a cluster lock module the lock
+	 * manager holds them (plock.c), so they hold across nodes; with
+	 * lock=nolock the kernel keeps them itself, as for ext4.
+	 */
+	if (shoal_plock_supported(((struct smount *)userdata)->sm_fs)) {
+		conn->want |= conn->capable & (FUSE_CAP_POSIX_LOCKS | FUSE_CAP_FLOCK_LOCKS);
+	} else {
+		conn->want &= ~(FUSE_CAP_POSIX_LOCKS | FUSE_CAP_FLOCK_LOCKS);
+		if (smount_cluster)
+			fprintf(stderr, "shoal-mount: shoal-lockd does not serve posix and flock "
+					"locks (too old): fcntl and flock locks hold on this node "
+					"only; upgrade shoal-lockd\n");
+	}
 	conn->time_gran = 1;
 }
 
@@ -546,6 +560,20 @@ static void append_direct(struct fuse_file_info *fi)
 		fi->direct_io = 1;
 }
 
+/*
+ * Every open file gets its own fh (plock.c tells open files apart by it).
+ * Flush has nothing to do unless the lock manager holds posix locks: then
+ * a close must drop the process's locks (plock_flush), and the kernel
+ * sends FLUSH for that only without noflush.
+ */
+static void open_fh(struct shoal_fs *fs, struct fuse_file_info *fi)
+{
+	static uint64_t next_fh;
+
+	fi->fh = __atomic_add_fetch(&next_fh, 1, __ATOMIC_RELAXED);
+	fi->noflush = !shoal_plock_supported(fs);
+}
+
 static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
 	caller_begin(req);
@@ -558,7 +586,7 @@ static void op_open(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 		return;
 	}
 	fi->keep_cache = 1; /* see (6) */
-	fi->noflush = 1;    /* flush has nothing to do: spare the round trip */
+	open_fh(fs, fi);
 	append_direct(fi);
 	if (mb_open(ino, fi->flags))
 		fi->keep_cache = 0; /* (8): pages cached before have no base */
@@ -594,7 +622,7 @@ static void op_create(fuse_req_t req, fuse_ino_t parent, const char *name, mode_
 	if (ret < 0)
 		goto out_release;
 	fi->keep_cache = 1;
-	fi->noflush = 1;
+	open_fh(fs, fi);
 	append_direct(fi);
 	if (mb_open(e.ino, fi->flags))
 		fi->keep_cache = 0;
@@ -917,7 +945,9 @@ static void op_write_buf(fuse_req_t req, fuse_ino_t ino, struct fuse_bufvec *buf
 static void op_flush(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi)
 {
 	caller_begin(req);
-	/* Nothing is buffered here; durability is fsync's business. */
+	/* Nothing is buffered here; durability is fsync's business.  A
+	 * close drops the closing process's posix locks (fcntl(2)). */
+	plock_flush(FS(req), ino_in(FS(req), ino), fi->lock_owner);
 	reply_err(req, 0);
 }
 
@@ -927,7 +957,28 @@ static void op_release(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi
 	struct shoal_fs *fs = FS(req);
 
 	mb_release(ino, fi->flags);
+	plock_release(fs, ino_in(fs, ino), fi->fh, fi->flock_release, fi->lock_owner);
 	reply_err(req, -shoal_release(fs, ino_in(fs, ino), fi->flags));
+}
+
+static void op_getlk(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi,
+		     struct flock *lock)
+{
+	caller_begin(req);
+	plock_getlk(req, FS(req), ino_in(FS(req), ino), fi, lock);
+}
+
+static void op_setlk(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi,
+		     struct flock *lock, int sleep)
+{
+	caller_begin(req);
+	plock_setlk(req, FS(req), ino_in(FS(req), ino), fi, lock, sleep);
+}
+
+static void op_flock(fuse_req_t req, fuse_ino_t ino, struct fuse_file_info *fi, int op)
+{
+	caller_begin(req);
+	plock_flock(req, FS(req), ino_in(FS(req), ino), fi, op);
 }
 
 static void op_fsync(fuse_req_t req, fuse_ino_t ino, int datasync, struct fuse_file_info *fi)
@@ -1470,4 +1521,7 @@ const struct fuse_lowlevel_ops smount_ops = {
 	.fallocate = op_fallocate,
 	.lseek = op_lseek,
 	.ioctl = op_ioctl,
+	.getlk = op_getlk,
+	.setlk = op_setlk,
+	.flock = op_flock,
 };

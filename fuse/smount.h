@@ -87,6 +87,23 @@ struct smount {
 
 extern const struct fuse_lowlevel_ops smount_ops;
 
+/* plock.c: fcntl, OFD and flock locks through the lock manager (ino: libshoal's). */
+void plock_getlk(fuse_req_t req, struct shoal_fs *fs, uint64_t ino, struct fuse_file_info *fi,
+		 struct flock *lock);
+void plock_setlk(fuse_req_t req, struct shoal_fs *fs, uint64_t ino, struct fuse_file_info *fi,
+		 struct flock *lock, int sleep);
+void plock_flock(fuse_req_t req, struct shoal_fs *fs, uint64_t ino, struct fuse_file_info *fi,
+		 int op);
+/* a close (FLUSH with the process's lock owner): its POSIX locks on ino go */
+void plock_flush(struct shoal_fs *fs, uint64_t ino, uint64_t lock_owner);
+/* The FUSE session is about to be destroyed: a lock wait that lockd
+ * answers after this is not replied to (its process is gone with the
+ * mount).  Waits for a reply being sent. */
+void plock_session_end(void);
+/* the last close of open file fh: its OFD and flock locks go */
+void plock_release(struct shoal_fs *fs, uint64_t ino, uint64_t fh, int flock_release,
+		   uint64_t lock_owner);
+
 /* wbkick.c: writeback of a mapped file's pages before a size change. */
 void wbkick_note(uint64_t ino, uint64_t bytes); /* a WRITE of the kernel's pages */
 void wbkick_before_resize(struct smount *sm, uint64_t ino, uint64_t gen, uint64_t new_size);

@@ -66,6 +66,9 @@ struct lkc_req {
 	int rq_result;	    /* granted mode or -errno */
 	uint32_t rq_flags;  /* GRANT flags */
 	uint8_t *rq_lvb;    /* where a GRANT's LVB goes, or NULL */
+	struct lk_plock *rq_pl;	     /* where a PLOCK_REPLY's lock goes, or NULL */
+	lkc_plock_done_fn rq_done_fn; /* an asynchronous request (lkc_plock_wait): freed when done */
+	void *rq_done_arg;
 	pthread_cond_t rq_cond;
 	struct lkc_req *rq_next;
 };
@@ -105,6 +108,7 @@ struct lkc {
 	int c_spinning;		     /* atomic: a caller polls for its reply */
 	uint32_t c_hb_pend;	     /* atomic: heartbeat seq for the next sender */
 	uint64_t c_spin_ns;	     /* how long it polls: $SHOAL_LKC_SPIN_US, default 50 */
+	int c_plock;		     /* lockd serves PLOCK (CHALLENGE cflags), set before UP */
 };
 
 static void timespec_at(struct timespec *ts, uint64_t mono_ns)
@@ -171,6 +175,11 @@ static void go_down(struct lkc *c, const char *why)
 	shutdown(c->c_fd, SHUT_RDWR);
 	while ((rq = c->c_reqs)) {
 		c->c_reqs = rq->rq_next;
+		if (rq->rq_done_fn) { /* lockd.h: done runs with c_lock held here */
+			rq->rq_done_fn(rq->rq_done_arg, -ENOTCONN);
+			free(rq);
+			continue;
+		}
 		rq->rq_result = -ENOTCONN;
 		__atomic_store_n(&rq->rq_done, 1, __ATOMIC_RELEASE);
 		pthread_cond_signal(&rq->rq_cond);
@@ -401,6 +410,99 @@ int lkc_unlock(struct lkc *c, uint32_t type, uint64_t number, const uint8_t *lvb
 	return send_all(c, f, sizeof(f));
 }
 
+static void plock_frame(uint8_t *f, int op, const struct lk_plock *pl)
+{
+	uint8_t *p = f + LKP_HDR;
+
+	lkp_hdr(f, LKP_PLOCK, 0, LKP_PLOCK_LEN);
+	lkp_put32(p, (uint32_t)op);
+	lkp_put32(p + 4, pl->pl_flags & LK_PL_FLOCK ? LKP_PLF_FLOCK : 0);
+	lkp_put64(p + 8, pl->pl_ino);
+	lkp_put64(p + 16, pl->pl_owner);
+	lkp_put64(p + 24, pl->pl_start);
+	lkp_put64(p + 32, pl->pl_end);
+	lkp_put32(p + 40, pl->pl_type);
+	lkp_put32(p + 44, pl->pl_pid);
+}
+
+static int plock_valid(const struct lk_plock *pl)
+{
+	return pl->pl_type <= LK_PL_UN && pl->pl_start <= pl->pl_end &&
+	       pl->pl_end <= (uint64_t)LK_PL_END_MAX;
+}
+
+int lkc_plock_supported(struct lkc *c)
+{
+	return c->c_plock;
+}
+
+int lkc_plock(struct lkc *c, int op, struct lk_plock *pl)
+{
+	uint8_t f[LKP_HDR + LKP_PLOCK_LEN];
+	struct lkc_req rq = { .rq_pl = op == LK_PL_GET ? pl : NULL };
+	int rc;
+
+	if ((op != LK_PL_GET && op != LK_PL_SET && op != LK_PL_CLOSE) || !plock_valid(pl))
+		return -EINVAL;
+	plock_frame(f, op, pl);
+	rc = request_many(c, f, sizeof(f), &rq, 1, 0);
+	return rc ? rc : rq.rq_result;
+}
+
+int lkc_plock_wait(struct lkc *c, const struct lk_plock *pl, lkc_plock_done_fn done, void *arg,
+		   uint32_t *seq)
+{
+	uint8_t f[LKP_HDR + LKP_PLOCK_LEN];
+	struct lkc_req *rq;
+	int rc;
+
+	if (!plock_valid(pl) || pl->pl_type == LK_PL_UN || !done)
+		return -EINVAL;
+	rq = calloc(1, sizeof(*rq));
+	if (!rq)
+		return -ENOMEM;
+	rq->rq_done_fn = done;
+	rq->rq_done_arg = arg;
+	plock_frame(f, LKP_PL_SETW, pl);
+	pthread_mutex_lock(&c->c_lock);
+	if (c->c_state != LKC_UP) {
+		pthread_mutex_unlock(&c->c_lock);
+		free(rq);
+		return -ENOTCONN;
+	}
+	rq->rq_seq = ++c->c_seq ? c->c_seq : ++c->c_seq;
+	*seq = rq->rq_seq;
+	lkp_put32(f + 8, rq->rq_seq);
+	rq->rq_next = c->c_reqs;
+	c->c_reqs = rq;
+	c->c_stats.requests++;
+	pthread_mutex_unlock(&c->c_lock);
+	rc = send_all(c, f, sizeof(f));
+	if (rc) {
+		struct lkc_req *mine;
+
+		pthread_mutex_lock(&c->c_lock);
+		mine = req_take(c, *seq); /* NULL: go_down already called done */
+		pthread_mutex_unlock(&c->c_lock);
+		if (!mine)
+			return 0;
+		free(mine);
+		return rc;
+	}
+	return 0;
+}
+
+int lkc_plock_cancel(struct lkc *c, uint64_t ino, uint32_t seq)
+{
+	uint8_t f[LKP_HDR + LKP_PLOCK_LEN];
+	struct lk_plock pl = { .pl_ino = ino, .pl_pid = seq };
+
+	if (__atomic_load_n(&c->c_state, __ATOMIC_RELAXED) != LKC_UP)
+		return -ENOTCONN;
+	plock_frame(f, LKP_PL_CANCEL, &pl);
+	return send_all(c, f, sizeof(f));
+}
+
 int lkc_recovery_done(struct lkc *c, uint32_t jid)
 {
 	uint8_t f[LKP_HDR + LKP_RECOVERY_DONE_LEN];
@@ -453,6 +555,35 @@ static int rx_frame(struct lkc *c, const uint8_t *f, size_t flen)
 		}
 		pthread_mutex_unlock(&c->c_lock);
 		return 0;
+	case LKP_PLOCK_REPLY: {
+		uint32_t e = lkp_get32(p);
+
+		if (plen != LKP_PLOCK_REPLY_LEN || lkp_get32(p + 4) > LK_PL_UN)
+			return -EPROTO;
+		pthread_mutex_lock(&c->c_lock);
+		rq = req_take(c, seq);
+		if (rq && rq->rq_done_fn) {
+			pthread_mutex_unlock(&c->c_lock);
+			rq->rq_done_fn(rq->rq_done_arg, e > 4095 ? -EPROTO : -(int)e);
+			free(rq);
+			return 0;
+		}
+		if (rq) {
+			rq->rq_result = e > 4095 ? -EPROTO : -(int)e;
+			if (rq->rq_pl) {
+				rq->rq_pl->pl_type = lkp_get32(p + 4);
+				rq->rq_pl->pl_start = lkp_get64(p + 8);
+				rq->rq_pl->pl_end = lkp_get64(p + 16);
+				rq->rq_pl->pl_pid = lkp_get32(p + 24);
+				rq->rq_pl->pl_flags = (rq->rq_pl->pl_flags & ~LK_PL_MINE) |
+						      (lkp_get32(p + 28) & LKP_PLR_MINE ? LK_PL_MINE : 0);
+			}
+			__atomic_store_n(&rq->rq_done, 1, __ATOMIC_RELEASE);
+			pthread_cond_signal(&rq->rq_cond);
+		}
+		pthread_mutex_unlock(&c->c_lock);
+		return 0;
+	}
 	case LKP_HEARTBEAT_ACK:
 		if (plen)
 			return -EPROTO;
@@ -781,6 +912,7 @@ static int handshake(struct lkc *c, const struct lkp_addr *la, const struct lkc_
 		goto out_close;
 	}
 	cflags = lkp_get32(p + 4);
+	c->c_plock = !!(cflags & LKP_CF_PLOCK);
 	*lease_ms = lkp_get32(p + 8);
 	if (*lease_ms < 4) {
 		rc = -EPROTO;

@@ -91,6 +91,8 @@
 #include <unistd.h>
 
 #include "lk_fence.h"
+#include "lk_list.h"
+#include "lk_plock.h"
 #include "lk_proto.h"
 #include "lk_server.h"
 #include "lk_crypto.h"
@@ -105,39 +107,6 @@
 #define NS_PER_MS 1000000ull
 #define LD_ACCEPT_PAUSE_NS (100 * NS_PER_MS) /* after an accept error (EMFILE...) */
 #define LD_ACCEPT_LOG_NS (10000 * NS_PER_MS) /* at most one accept error line per 10 s */
-
-struct ld_list {
-	struct ld_list *next, *prev;
-};
-
-static inline void list_init(struct ld_list *l)
-{
-	l->next = l->prev = l;
-}
-
-static inline int list_empty(const struct ld_list *l)
-{
-	return l->next == l;
-}
-
-static inline void list_add_tail(struct ld_list *n, struct ld_list *h)
-{
-	n->prev = h->prev;
-	n->next = h;
-	h->prev->next = n;
-	h->prev = n;
-}
-
-static inline void list_del(struct ld_list *n)
-{
-	n->prev->next = n->next;
-	n->next->prev = n->prev;
-	n->next = n->prev = n;
-}
-
-#define container_of(p, type, member) ((type *)((char *)(p) - offsetof(type, member)))
-#define list_for_each_safe(pos, tmp, head) \
-	for (pos = (head)->next, tmp = pos->next; pos != (head); pos = tmp, tmp = pos->next)
 
 enum { ND_LIVE, ND_DEAD };
 /* nd_fence of a DEAD node, with --fence-cmd (9) */
@@ -232,6 +201,7 @@ struct lockd {
 	int ld_nhist;
 	struct ld_res **ld_hash;
 	size_t ld_hmask, ld_nres;
+	struct pl_table *ld_plock; /* the plock lock space (plock.c) */
 	uint64_t ld_next_check;
 	pthread_t ld_thread;
 	int ld_threaded;
@@ -241,8 +211,7 @@ struct lockd {
 
 /* --- logging -------------------------------------------------------------- */
 
-static void __attribute__((format(printf, 3, 4))) ld_log(struct lockd *d, int prio,
-							    const char *fmt, ...)
+void ld_log(struct lockd *d, int prio, const char *fmt, ...)
 {
 	char line[512];
 	va_list ap;
@@ -345,6 +314,24 @@ static void conn_flush(struct lockd *d, struct ld_conn *cn)
 	}
 	if (cn->cn_close_after_flush)
 		conn_close(d, cn, NULL);
+}
+
+uint8_t *ld_node_frame(struct lockd *d, struct ld_node *nd, uint16_t type, uint32_t seq,
+		       size_t plen)
+{
+	if (nd->nd_state != ND_LIVE || !nd->nd_conn)
+		return NULL;
+	return out_frame(d, nd->nd_conn, type, seq, plen);
+}
+
+const char *ld_node_name(const struct ld_node *nd)
+{
+	return nd->nd_name;
+}
+
+size_t lockd_plock_count(struct lockd *d)
+{
+	return plock_count(d->ld_plock);
 }
 
 static void send_result(struct lockd *d, struct ld_conn *cn, uint32_t seq, int err)
@@ -826,6 +813,7 @@ static void node_free(struct lockd *d, struct ld_node *nd)
 {
 	if (nd->nd_fence == FN_RUN)
 		fence_kill(nd->nd_fence_pid);
+	plock_node_free(d, d->ld_plock, nd);
 	while (!list_empty(&nd->nd_locks)) {
 		struct ld_lock *lk = container_of(nd->nd_locks.next, struct ld_lock, lk_nlink);
 		struct ld_res *rs = lk->lk_res;
@@ -864,6 +852,7 @@ static void node_disconnected(struct lockd *d, struct ld_node *nd)
 	struct ld_list *p, *t;
 
 	nd->nd_conn = NULL;
+	plock_node_disconnected(d, d->ld_plock, nd);
 	list_for_each_safe(p, t, &nd->nd_locks) {
 		struct ld_lock *lk = container_of(p, struct ld_lock, lk_nlink);
 		struct ld_res *rs = lk->lk_res;
@@ -890,6 +879,7 @@ static void node_die(struct lockd *d, struct ld_node *nd, uint64_t silent_ns)
 	}
 	if (nd->nd_conn)
 		conn_close(d, nd->nd_conn, NULL);
+	plock_node_disconnected(d, d->ld_plock, nd); /* its waits go; its plocks stay (zombies) */
 	list_for_each_safe(p, t, &nd->nd_locks) {
 		struct ld_lock *lk = container_of(p, struct ld_lock, lk_nlink);
 		struct ld_res *rs = lk->lk_res;
@@ -1223,6 +1213,10 @@ static void conn_msg(struct lockd *d, struct ld_conn *cn, const uint8_t *f, size
 		if (expect_len(d, cn, type, plen, LKP_LOCK_LEN))
 			do_unlock(d, nd, p);
 		break;
+	case LKP_PLOCK:
+		if (expect_len(d, cn, type, plen, LKP_PLOCK_LEN))
+			plock_msg(d, d->ld_plock, nd, seq, p);
+		break;
 	case LKP_HEARTBEAT:
 		if (!expect_len(d, cn, type, plen, 0))
 			break;
@@ -1416,7 +1410,7 @@ static void conn_accept(struct lockd *d, struct ld_listener *li)
 		if (!p)
 			continue;
 		lkp_put32(p, LKP_VERSION);
-		lkp_put32(p + 4, d->ld_secret ? LKP_CF_AUTH : 0);
+		lkp_put32(p + 4, (d->ld_secret ? LKP_CF_AUTH : 0) | LKP_CF_PLOCK);
 		lkp_put32(p + 8, (uint32_t)(d->ld_lease_ns / NS_PER_MS));
 		memcpy(p + 12, cn->cn_nonce, LKP_NONCE);
 		ld_log(d, LOG_DEBUG, "%s: connected", cn->cn_peer);
@@ -1784,6 +1778,12 @@ int lockd_create(const struct lockd_config *cfg, struct lockd **out, char *err, 
 	d->ld_hs_ns = (cfg->handshake_ms ? cfg->handshake_ms : 5000) * NS_PER_MS;
 	if (cfg->table)
 		snprintf(d->ld_table, sizeof(d->ld_table), "%s", cfg->table);
+	d->ld_plock = plock_create();
+	if (!d->ld_plock) {
+		rc = -ENOMEM;
+		snprintf(err, errlen, "%s", strerror(ENOMEM));
+		goto out_free;
+	}
 	d->ld_hmask = 1023;
 	d->ld_hash = calloc(d->ld_hmask + 1, sizeof(*d->ld_hash));
 	if (!d->ld_hash) {
@@ -1842,6 +1842,8 @@ void lockd_destroy(struct lockd *d)
 		nd->nd_conn = NULL;
 		node_free(d, nd);
 	}
+	if (d->ld_plock)
+		plock_destroy(d->ld_plock);
 	while (!list_empty(&d->ld_hist)) {
 		struct ld_hist *h = container_of(d->ld_hist.next, struct ld_hist, hs_link);
 		list_del(&h->hs_link);

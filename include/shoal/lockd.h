@@ -132,6 +132,53 @@ void lkc_close(struct lkc *c);
  */
 void lkc_withdraw(struct lkc *c, const char *why);
 
+/*
+ * Posix and flock locks of files, the "plock" lock space (PROTOCOL.md
+ * "Posix and flock locks"): byte-range locks of an owner (a number the
+ * node picks: the kernel's lock owner) on an inode; flock locks are
+ * whole-file locks of another class that never conflict with record locks.
+ */
+enum { LK_PL_RD = 0, LK_PL_WR = 1, LK_PL_UN = 2 };	/* pl_type: F_RDLCK, F_WRLCK, F_UNLCK */
+enum { LK_PL_GET = 1, LK_PL_SET = 2, LK_PL_CLOSE = 4 }; /* lkc_plock ops */
+#define LK_PL_FLOCK 0x1		  /* pl_flags: a flock lock (pl_start 0, pl_end LK_PL_END_MAX) */
+#define LK_PL_MINE 0x2		  /* pl_flags after GET: the lock is held on this node */
+#define LK_PL_END_MAX INT64_MAX	  /* pl_end of a lock to end of file (the kernel's OFFSET_MAX) */
+struct lk_plock {
+	uint64_t pl_ino;
+	uint64_t pl_owner;
+	uint64_t pl_start, pl_end; /* inclusive, pl_end <= LK_PL_END_MAX */
+	uint32_t pl_type;	   /* LK_PL_RD, LK_PL_WR, LK_PL_UN */
+	uint32_t pl_pid;	   /* the process asking (GET: holding) */
+	uint32_t pl_flags;	   /* LK_PL_FLOCK, LK_PL_MINE */
+};
+/* 1 when lockd serves plocks (its CHALLENGE said so: a lockd from before
+ * 2026-12-05 does not, and would drop a node that sent it PLOCK). */
+int lkc_plock_supported(struct lkc *c);
+/*
+ * One plock request, answered before returning: LK_PL_GET (*pl becomes the
+ * first lock of another owner in the way, pl_type LK_PL_UN if none),
+ * LK_PL_SET (lock, convert or, with LK_PL_UN, unlock the range; -EAGAIN if
+ * another owner is in the way), LK_PL_CLOSE (every lock of pl_owner on
+ * pl_ino goes, both classes).  -ENOTCONN once the connection is gone,
+ * -EINVAL for a bad range or type.
+ */
+int lkc_plock(struct lkc *c, int op, struct lk_plock *pl);
+/*
+ * A blocking set (F_SETLKW): sends the request and returns 0 at once with
+ * its sequence number in *seq; done(arg, err) is called exactly once, on
+ * the client's receiver thread (or, when the connection goes down, on the
+ * thread that noticed, with the client's lock held: done must not call
+ * lkc_* functions other than lkc_plock_cancel): 0 granted, -EDEADLK,
+ * -EINTR after lkc_plock_cancel, -ENOTCONN.  On a non-zero return done is
+ * never called.
+ */
+typedef void (*lkc_plock_done_fn)(void *arg, int err);
+int lkc_plock_wait(struct lkc *c, const struct lk_plock *pl, lkc_plock_done_fn done, void *arg,
+		   uint32_t *seq);
+/* Cancel the waiting request seq on ino: it is answered -EINTR unless
+ * already granted.  Never waits (not even for the client's lock). */
+int lkc_plock_cancel(struct lkc *c, uint64_t ino, uint32_t seq);
+
 struct lkc_stats {
 	uint64_t requests, grants, tries_failed, basts, rtt_ns_total, rtt_ns_max;
 };
@@ -164,6 +211,8 @@ struct lockd;
 int lockd_start(const struct lockd_config *cfg, struct lockd **out, char *err, size_t errlen);
 /* Stop the loop, close every connection and listener (unix sockets unlinked), free. */
 void lockd_stop(struct lockd *d);
+/* Inodes the plock lock space has state for (a test's view; racy). */
+size_t lockd_plock_count(struct lockd *d);
 /* The address a listener ended up on ("127.0.0.1:41234" for port 0); NULL past the end. */
 const char *lockd_listen_addr(struct lockd *d, int i);
 

@@ -262,6 +262,24 @@ ssize_t shoal_readlink(struct shoal_fs *fs, uint64_t ino, char *buf, size_t size
 #define SHOAL_O_EXEC 0x20
 int shoal_open(struct shoal_fs *fs, uint64_t ino, int flags);
 int shoal_release(struct shoal_fs *fs, uint64_t ino, int flags);
+
+/*
+ * Posix (fcntl, OFD) and flock locks held cluster-wide by the lock manager
+ * (docs/LOCKING.md "Posix and flock locks"; struct lk_plock and the ops in
+ * shoal/lockd.h).  shoal_plock_supported: 0 with lock=nolock, where the
+ * kernel keeps the locks itself and the others return -ENOSYS.  Errors:
+ * as lkc_plock, except that a lost lock manager is -ENOLCK.
+ * shoal_plock_wait (F_SETLKW) returns at once; done(arg, err) comes later
+ * from another thread, exactly once when it returned 0 (see
+ * lkc_plock_wait for what done may do); shoal_plock_cancel(token) makes a
+ * waiting one end with -EINTR.
+ */
+struct lk_plock;
+int shoal_plock_supported(struct shoal_fs *fs);
+int shoal_plock(struct shoal_fs *fs, int op, struct lk_plock *pl);
+int shoal_plock_wait(struct shoal_fs *fs, const struct lk_plock *pl,
+		     void (*done)(void *arg, int err), void *arg, uint32_t *token);
+int shoal_plock_cancel(struct shoal_fs *fs, uint64_t ino, uint32_t token);
 /* Create and open: takes a lookup reference and an open reference. */
 int shoal_create(struct shoal_fs *fs, const struct shoal_ctx *ctx, uint64_t parent,
 		 const char *name, mode_t mode, int flags, struct stat *st);
