@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# t_cluster_soak.sh - the multi-node soak of issue 22: 4 nodes run a mixed
+# t_cluster_soak.sh - the multi-node soak of issue 22 (a crash-label test:
+# the normal build only, it loads both CPUs for a minute): 4 nodes run a mixed
 # workload at once (tests/e2e/soak_work.py: small files made, fsync'ed,
 # renamed and unlinked in each node's own directory; 64 KiB appends to two
 # big files per node and truncates of them to 0; uniquely named files in
@@ -13,8 +14,8 @@
 # random, printed).  Before issue 22's fixes the truncates never returned
 # and the unmounts hung; before issue 20's O_APPEND fix the shared log
 # lost records.
-. "$(dirname "$0")/lib.sh"
-. "$(dirname "$0")/lib_cluster.sh"
+. "$(dirname "$0")/../e2e/lib.sh"
+. "$(dirname "$0")/../e2e/lib_cluster.sh"
 
 : "${SOAK_SECONDS:=60}"
 : "${SOAK_NODES:=4}"
@@ -22,7 +23,7 @@
 echo "# seed $SOAK_SEED, $SOAK_NODES nodes, $SOAK_SECONDS s (rerun: SOAK_SEED=$SOAK_SEED)"
 nodes=(a b c d e f g h)
 nodes=("${nodes[@]:0:$SOAK_NODES}")
-work=$SHOAL_SRC/tests/e2e/soak_work.py
+work=$SHOAL_SRC/tests/crash/soak_work.py
 mkdir -p "$t_dir/state"
 
 c_mkfs 2G "$SOAK_NODES"
