@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # t_cluster_soak.sh - the multi-node soak of issue 22 (a crash-label test:
 # the normal build only, it loads both CPUs for a minute): 4 nodes run a mixed
-# workload at once (tests/e2e/soak_work.py: small files made, fsync'ed,
+# workload at once (tests/crash/soak_work.py: small files made, fsync'ed,
 # renamed and unlinked in each node's own directory; 64 KiB appends to two
 # big files per node and truncates of them to 0; uniquely named files in
 # one shared directory; 64-byte O_APPEND records to one shared log).
