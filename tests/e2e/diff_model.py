@@ -3,7 +3,8 @@
 against a model (driven by t_cluster_diff.sh; issue 20).
 
   diff_model.py [--seed S] [--steps N] [--seconds SEC] [--ops LIST]
-                [--skip LIST] [--stat-first] [--dir NAME] MNT_A MNT_B
+                [--skip LIST] [--stat-first] [--dir NAME] [--log FILE]
+                MNT_A MNT_B
 
 MNT_A and MNT_B are two mountpoints of one filesystem (two nodes of a
 cluster; or the same mountpoint twice, a sanity check of the model on one
@@ -238,6 +239,8 @@ class Driver:
         self.model = Model()
         self.nodes = [Node("a", args.mnt_a, args.dir), Node("b", args.mnt_b, args.dir)]
         self.hist = collections.deque(maxlen=HISTORY)
+        # every operation, before it is made (what a hung run was doing)
+        self.oplog = open(args.log, "w", buffering=1) if args.log else None
         self.step = 0
         self.nops = 0
         self.counts = collections.Counter()
@@ -250,7 +253,10 @@ class Driver:
 
     def log(self, node, text):
         self.nops += 1
-        self.hist.append("step %d op %d: %s: %s" % (self.step, self.nops, node.name, text))
+        line = "step %d op %d: %s: %s" % (self.step, self.nops, node.name, text)
+        self.hist.append(line)
+        if self.oplog:
+            self.oplog.write(line + "\n")
 
     def inos(self):
         """Every live inode: named, or held by an fd or mapping."""
@@ -880,6 +886,7 @@ class Driver:
     def run(self):
         a = self.args
         t0 = time.monotonic()
+        shown = t0
         try:
             self.setup()
             self.check()
@@ -889,6 +896,9 @@ class Driver:
                 if a.seconds and time.monotonic() - t0 >= a.seconds:
                     break
                 self.step += 1
+                if time.monotonic() - shown >= 60:
+                    shown = time.monotonic()
+                    print("step %d ops %d seconds %.0f" % (self.step, self.nops, shown - t0), flush=True)
                 r = self.rng.random()
                 for _ in range(1 if r < 0.6 else 2 if r < 0.9 else 3):
                     self.one_op()
@@ -952,6 +962,7 @@ def main():
     ap.add_argument("--skip", default=env("DIFF_SKIP") or "")
     ap.add_argument("--stat-first", action="store_true", default=bool(env("DIFF_STAT_FIRST")))
     ap.add_argument("--dir", default="diff")
+    ap.add_argument("--log", help="write every operation to this file before making it")
     ap.add_argument("mnt_a")
     ap.add_argument("mnt_b")
     args = ap.parse_args()

@@ -13,13 +13,13 @@
 # Phases:
 #  1. one node (lock=nolock), the same mountpoint as both "nodes": checks
 #     the model against shoal where there is no cluster (DIFF_SINGLE_STEPS,
-#     default 500; 0 skips it).  With E2E_FS=ext4 only this phase runs,
+#     default 400; 0 skips it).  With E2E_FS=ext4 only this phase runs,
 #     against ext4, with every kind: the model's own sanity check.
 #  2. two nodes a and b of one cluster: DIFF_STEPS (2000) steps, or
 #     DIFF_SECONDS of them (a long run: DIFF_STEPS=0 DIFF_SECONDS=3600).
 #  3. two nodes, with an fstat before every use of an old fd or mapping
 #     (DIFF_STAT_FIRST): what works today of the kinds defect 2 breaks
-#     (DIFF_STATFIRST_STEPS, 500; 0 skips it).
+#     (DIFF_STATFIRST_STEPS, 300; 0 skips it).
 #
 # DIFF_SEED (random by default, printed; the run is deterministic for a
 # seed), DIFF_OPS (a comma list of kinds, or all) and DIFF_SKIP (kinds
@@ -34,8 +34,8 @@ prog=$(dirname "$0")/diff_model.py
 : "${DIFF_SEED:=$("$T_PY" -c 'import random; print(random.SystemRandom().randrange(1 << 31))')}"
 : "${DIFF_STEPS:=2000}"
 : "${DIFF_SECONDS:=0}"
-: "${DIFF_SINGLE_STEPS:=500}"
-: "${DIFF_STATFIRST_STEPS:=500}"
+: "${DIFF_SINGLE_STEPS:=400}"
+: "${DIFF_STATFIRST_STEPS:=300}"
 : "${DIFF_SKIP:=}"
 export DIFF_SEED DIFF_SKIP
 
@@ -75,35 +75,59 @@ if [ -z "${DIFF_OPS:-}" ]; then
 fi
 
 # run_diff WHAT TIMEOUT ARGS...: diff_model.py ARGS; 0 if both nodes
-# agreed with the model, 2 if it hung (then the caller stops the test).
+# agreed with the model, 2 if it did not end within TIMEOUT seconds (it
+# is left running as $diff_pid: a process waiting for a FUSE reply cannot
+# be killed; the caller calls hung).
+diff_pid=
 run_diff() {
-	local what=$1 limit=$2 rc=0
+	local what=$1 limit=$2 rc=0 i
 	shift 2
-	timeout -k 10 "$limit" "$T_PY" "$prog" "$@" >"$t_dir/diff.out" 2>&1 || rc=$?
-	sed 's/^/# /' "$t_dir/diff.out"
-	if [ $rc -eq 124 ] || [ $rc -eq 137 ]; then
+	"$T_PY" "$prog" --log "$t_dir/ops.log" "$@" >"$t_dir/diff.out" 2>&1 &
+	diff_pid=$!
+	for ((i = 0; i < limit * 10; i++)); do
+		t_pid_alive "$diff_pid" || break
+		sleep 0.1
+	done
+	if t_pid_alive "$diff_pid"; then
+		sed 's/^/# /' "$t_dir/diff.out"
+		echo "# --- the last operations (the run stopped in the last one or in the check after it):"
+		tail -20 "$t_dir/ops.log" | sed 's/^/#   /'
+		echo "# --- diff_model.py (pid $diff_pid) in the kernel: $(head -6 "/proc/$diff_pid/stack" 2>/dev/null |
+			sed 's/^\[<0>\] //; s/+0x.*//' | tr '\n' ' ')"
 		not_ok "$what: hung (no end within $limit s)"
 		return 2
 	fi
+	wait "$diff_pid" || rc=$?
+	diff_pid=
+	sed 's/^/# /' "$t_dir/diff.out"
 	check_eq "$what: both nodes agree with the model after every step" 0 "$rc"
 	[ $rc -eq 0 ]
 }
 
-# hung: print where the nodes are, free them, stop.
+# hung: print where the nodes are, free them and the driver, stop.
 hung() {
 	if [ -n "${c_img:-}" ]; then
 		c_diag
 		for node in "${c_nodes[@]}"; do c_abort "$node"; done
 		c_logs
 	fi
+	kill -9 "$diff_pid" 2>/dev/null
 	t_done
 	exit 1
 }
 
-# A bound on a run of STEPS steps or SECONDS seconds (about 10 ms a step
-# on 2 cores; a loaded machine or a sanitizer build is slower).
+# limit_of STEPS SECONDS: a bound on a run of STEPS steps or SECONDS
+# seconds (about 10 ms a step on 2 cores; a loaded machine or a sanitizer
+# build is slower).
+# DIFF_LIMIT overrides it.
 limit_of() {
-	if [ "$2" != 0 ]; then echo $(($2 + 120)); else echo $(($1 / 5 + 120)); fi
+	if [ -n "${DIFF_LIMIT:-}" ]; then
+		echo "$DIFF_LIMIT"
+	elif [ "$2" != 0 ]; then
+		echo $(($2 + 120))
+	else
+		echo $(($1 / 5 + 120))
+	fi
 }
 
 # --- 1. one node -------------------------------------------------------------
