@@ -23,7 +23,9 @@ node's change, with no look in between, is what an fd opened long ago
 must still get right (an O_APPEND write after the other node grew the
 file).  Each node keeps a pool of open fds (O_RDWR, some O_APPEND) and,
 with the kind `map`, of shared mappings (MAP_SHARED, MAPLEN bytes, more
-than the file: a page past the end of file faults).  The fds and mappings
+than the file: a page past the end of file faults; made with libc's mmap
+through ctypes, as Python's mmap module refuses a length past the end of
+file).  The fds and mappings
 stay open across steps and across the other node's changes; a file
 unlinked while open stays in the model until its last fd or mapping goes.
 
