@@ -9,8 +9,8 @@ against a model (driven by t_cluster_diff.sh; issue 20).
 MNT_A and MNT_B are two mountpoints of one filesystem (two nodes of a
 cluster; or the same mountpoint twice, a sanity check of the model on one
 node, or on ext4).  Options default to the environment: DIFF_SEED (random,
-printed), DIFF_STEPS (2000; 0: no limit), DIFF_SECONDS (0: no limit; the
-run stops at whichever limit comes first), DIFF_OPS (all, or a comma list
+printed), DIFF_STEPS (2000, or 0 if DIFF_SECONDS is given; 0: no limit),
+DIFF_SECONDS (0: no limit; the run stops at whichever limit comes first), DIFF_OPS (all, or a comma list
 of op kinds), DIFF_SKIP (a comma list of kinds taken out of DIFF_OPS),
 DIFF_STAT_FIRST (--stat-first: fstat an old fd or mapping's fd before
 using it, which makes the kernel ask for the size and hides issue 20
@@ -958,7 +958,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--seed", type=int, default=int(env("DIFF_SEED") or random.SystemRandom().randrange(1 << 31)))
-    ap.add_argument("--steps", type=int, default=int(env("DIFF_STEPS") or 2000))
+    ap.add_argument("--steps", type=int, default=int(env("DIFF_STEPS") or -1))
     ap.add_argument("--seconds", type=float, default=float(env("DIFF_SECONDS") or 0))
     ap.add_argument("--ops", default=env("DIFF_OPS") or "all")
     ap.add_argument("--skip", default=env("DIFF_SKIP") or "")
@@ -968,6 +968,8 @@ def main():
     ap.add_argument("mnt_a")
     ap.add_argument("mnt_b")
     args = ap.parse_args()
+    if args.steps < 0:
+        args.steps = 0 if args.seconds else 2000
     kinds = kind_list(args.ops, "--ops") - kind_list(args.skip, "--skip")
     if {"mmap", "mmap_msync"} & kinds and "map" not in kinds:
         raise SystemExit("diff_model: mmap and mmap_msync need the kind map")
