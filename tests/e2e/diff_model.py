@@ -10,9 +10,9 @@ MNT_A and MNT_B are two mountpoints of one filesystem (two nodes of a
 cluster; or the same mountpoint twice, a sanity check of the model on one
 node, or on ext4).  Options default to the environment: DIFF_SEED (random,
 printed), DIFF_STEPS (2000, or 0 if DIFF_SECONDS is given; 0: no limit),
-DIFF_SECONDS (0: no limit; the run stops at whichever limit comes first), DIFF_OPS (all, or a comma list
-of op kinds), DIFF_SKIP (a comma list of kinds taken out of DIFF_OPS),
-DIFF_STAT_FIRST (--stat-first: fstat an old fd or mapping's fd before
+DIFF_SECONDS (0: no limit; the run stops at whichever limit comes
+first), DIFF_OPS (all, or a comma list of op kinds), DIFF_SKIP (a comma
+list of kinds taken out of DIFF_OPS), DIFF_STAT_FIRST (--stat-first: fstat an old fd or mapping's fd before
 using it, which makes the kernel ask for the size and hides issue 20
 defect 2, to look at the rest of what the kinds it breaks do).
 
@@ -25,9 +25,9 @@ file).  Each node keeps a pool of open fds (O_RDWR, some O_APPEND) and,
 with the kind `map`, of shared mappings (MAP_SHARED, MAPLEN bytes, more
 than the file: a page past the end of file faults; made with libc's mmap
 through ctypes, as Python's mmap module refuses a length past the end of
-file).  The fds and mappings
-stay open across steps and across the other node's changes; a file
-unlinked while open stays in the model until its last fd or mapping goes.
+file).  The fds and mappings stay open across steps and across the other
+node's changes; a file unlinked while open stays in the model until its
+last fd or mapping goes.
 
 The model: a tree of directories and regular files under MNT/NAME; a file
 is its bytes and its user xattrs; link counts follow the names.  Every
@@ -949,7 +949,7 @@ class Driver:
                 node.scratch = None
 
 
-def kind_list(s, what):
+def kind_list(ap, s, what):
     if s.strip() in ("", "none"):
         return set()
     if s.strip() == "all":
@@ -957,7 +957,7 @@ def kind_list(s, what):
     out = {k.strip() for k in s.split(",") if k.strip()}
     bad = out - set(ALL_KINDS)
     if bad:
-        raise SystemExit("diff_model: unknown op kind(s) in %s: %s (kinds: %s)" % (
+        ap.error("unknown op kind(s) in %s: %s (kinds: %s)" % (
             what, ",".join(sorted(bad)), ",".join(ALL_KINDS)))
     return out
 
@@ -979,9 +979,9 @@ def main():
     args = ap.parse_args()
     if args.steps < 0:
         args.steps = 0 if args.seconds else 2000
-    kinds = kind_list(args.ops, "--ops") - kind_list(args.skip, "--skip")
+    kinds = kind_list(ap, args.ops, "--ops") - kind_list(ap, args.skip, "--skip")
     if {"mmap", "mmap_msync"} & kinds and "map" not in kinds:
-        raise SystemExit("diff_model: mmap and mmap_msync need the kind map")
+        ap.error("mmap and mmap_msync need the kind map")
     print("seed %d steps %d seconds %g kinds %s%s" % (
         args.seed, args.steps, args.seconds, ",".join(k for k in ALL_KINDS if k in kinds),
         " (fstat before using an old fd or mapping)" if args.stat_first else ""))
