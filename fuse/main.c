@@ -45,8 +45,8 @@
  *      0-based) the power goes: the pages of the unflushed writes that
  *      SEED picks (0: none) reach the image, the rest is lost, and the
  *      process SIGKILLs itself.  Only the environment turns it on, and
- *      it says so on stderr; without write-behind and zero-copy I/O (the
- *      fault device has no descriptor of its own).
+ *      it says so on stderr; without O_DIRECT and zero-copy I/O (the fault
+ *      device has no descriptor of its own).
  */
 #include "smount.h"
 #include "guard.h"
@@ -1159,7 +1159,7 @@ int main(int argc, char **argv)
 		goto out_dev;
 	/* Large data writes return once queued (dev.c (5)); a failure only
 	 * costs speed: they are then written before the reply. */
-	if (!sm.sm_opts.mo_readonly && !cut_lower && dev_wb_start(dev, SMOUNT_WB_BYTES) < 0)
+	if (!sm.sm_opts.mo_readonly && dev_wb_start(dev, SMOUNT_WB_BYTES) < 0)
 		fprintf(stderr, PROG ": %s: no write-behind threads\n", sm.sm_device);
 	if (smount_entry_timeout < 0)
 		smount_entry_timeout = SMOUNT_TIMEOUT; /* a cluster: see smount_entry_ttl */
