@@ -55,6 +55,15 @@ pid_alive() { # a zombie counts as gone
 	[ -n "$st" ] && [ "$st" != Z ]
 }
 
+# lives_on PID: 0 if the process is still there 2 s later.
+lives_on() {
+	for _ in $(seq 40); do
+		pid_alive "$1" || return 1
+		sleep 0.05
+	done
+	return 0
+}
+
 detach() {
 	if grep -q " $mnt " /proc/mounts; then
 		umount -l "$mnt" 2>/dev/null || fusermount3 -uz "$mnt" 2>/dev/null || true
@@ -133,7 +142,12 @@ for round in $(seq 1 "$ROUNDS"); do
 		t0=$SECONDS
 		while pid_alive "$daemon" && [ $((SECONDS - t0)) -lt "$WAIT" ]; do
 			if ! pid_alive "$wpid"; then
-				wait "$wpid" || why="the workload failed before the cut"
+				# an error the cut caused (ENOENT once the dead
+				# mount is detached) may come before the daemon
+				# is seen dead
+				if ! wait "$wpid" && lives_on "$daemon"; then
+					why="the workload failed before the cut"
+				fi
 				wpid=
 				break
 			fi

@@ -25,7 +25,11 @@ and then (most of the time) syncs as POSIX asks and acknowledges it:
            fsync of the file.
 
 fdatasync stands for fsync only where it must make the change durable:
-after data changes to a file whose inode changes were already synced.
+after data changes to a file whose inode changes were already synced.  A
+file whose name is durable already gets no fsync of its directory, and
+after an acknowledgement, now and then, a stretch of operations syncs
+nothing: any sync commits the journal and would make up for an earlier
+sync that missed something, before the crash could find it.
 The log is opened line-buffered and fsync'ed after each line on the host
 filesystem, so a line that is in it was written before whatever followed.
 Lines:
@@ -145,6 +149,7 @@ class Run:
         self.named = set()  # paths whose directory entry was made durable
         self.n = 0
         self.no_punch = False  # the filesystem said EOPNOTSUPP once
+        self.quiet = 0  # operations left that sync nothing (see step)
         self.root_user = os.geteuid() == 0
 
     def newname(self, prefix):
@@ -170,20 +175,33 @@ class Run:
         for p in node.paths:
             if p in self.named:
                 self.log.emit("ACK", p, node.state())
+        self.after_ack()
+
+    def after_ack(self):
+        if not self.quiet and self.rnd.random() < 0.3:
+            self.quiet = self.rnd.randrange(2, 12)
+
+    def sync_now(self, p):
+        """Whether to sync (with probability p), never while quiet."""
+        return not self.quiet and self.rnd.random() < p
 
     def sync_ack(self, path, data_only=False):
-        """fsync (fdatasync) the file at path and its directory, acknowledge."""
+        """fsync (fdatasync) the file at path, and its directory unless its
+        name is durable already (POSIX asks no more: a directory's fsync
+        commits the journal and would make up for a file's that missed
+        something), then acknowledge."""
         node = self.files[path]
         if node.meta_dirty:
             data_only = False
         fsync_path(path, data_only)
         if not data_only:
             node.meta_dirty = False
-        fsync_path(os.path.dirname(path))
+        if path not in self.named:
+            fsync_path(os.path.dirname(path))
         self.ack(node, path)
 
     def maybe_sync(self, path, data=True):
-        if self.rnd.random() < 0.6:
+        if self.sync_now(0.6):
             self.sync_ack(path, data_only=data and self.rnd.random() < 0.5)
 
     # --- names ---------------------------------------------------------------
@@ -195,9 +213,10 @@ class Run:
         self.log.emit("WRITE", d)
         os.mkdir(d, 0o755)
         self.dirs.append(d)
-        if self.rnd.random() < 0.7:
+        if self.sync_now(0.7):
             fsync_path(os.path.dirname(d))
             self.log.emit("ACK", d, "d,%o" % stat.S_IMODE(os.lstat(d).st_mode))
+            self.after_ack()
 
     def op_rmdir(self):
         empty = [d for d in self.dirs[1:]
@@ -209,9 +228,10 @@ class Run:
         self.log.emit("UNLINK", d)
         os.rmdir(d)
         self.dirs.remove(d)
-        if self.rnd.random() < 0.7:
+        if self.sync_now(0.7):
             fsync_path(os.path.dirname(d))
             self.log.emit("GONE", d)
+            self.after_ack()
 
     def new_node(self, kind, path):
         self.n += 1
@@ -234,7 +254,7 @@ class Run:
             st = os.fstat(fd)
             node.mode, node.uid, node.gid = stat.S_IMODE(st.st_mode), st.st_uid, st.st_gid
             os.write(fd, buf)
-            if self.rnd.random() < 0.5:
+            if self.sync_now(0.5):
                 os.fsync(fd)
                 node.meta_dirty = False
                 fsync_path(os.path.dirname(p))
@@ -249,7 +269,7 @@ class Run:
         os.symlink(target, p)
         node = self.new_node("l", p)
         node.target = target
-        if self.rnd.random() < 0.6:
+        if self.sync_now(0.6):
             fsync_path(os.path.dirname(p))
             self.ack(node, p)
 
@@ -264,7 +284,7 @@ class Run:
         node.paths.append(dst)
         self.files[dst] = node
         node.meta_dirty = True  # the link count
-        if self.rnd.random() < 0.6:
+        if self.sync_now(0.6):
             self.sync_ack(dst)
 
     def drop_path(self, p):
@@ -289,7 +309,7 @@ class Run:
         self.drop_path(src)
         node.paths.append(dst)
         self.files[dst] = node
-        if self.rnd.random() < 0.5:
+        if self.sync_now(0.5):
             # the directories (and the file only if an inode change is
             # not synced yet): the new name then holds the contents
             # durably, as ext4 and XFS make a rename over a file do
@@ -300,6 +320,7 @@ class Run:
             fsync_path(os.path.dirname(dst))
             self.ack(node, dst)
             self.log.emit("GONE", src)
+            self.after_ack()
 
     def op_unlink(self):
         p = self.pick(None)
@@ -308,9 +329,10 @@ class Run:
         self.log.emit("UNLINK", p)
         os.unlink(p)
         self.drop_path(p)
-        if self.rnd.random() < 0.5:
+        if self.sync_now(0.5):
             fsync_path(os.path.dirname(p))
             self.log.emit("GONE", p)
+            self.after_ack()
 
     # --- the inode -------------------------------------------------------------
 
@@ -345,7 +367,7 @@ class Run:
             os.removexattr(p, name)
             del node.xattrs[name]
         node.meta_dirty = True
-        if self.rnd.random() < 0.6:
+        if self.sync_now(0.6):
             self.sync_ack(p)
 
     # --- data ------------------------------------------------------------------
@@ -382,12 +404,18 @@ class Run:
             elif kind == 2 and content:
                 # small overwrites, each fdatasync'ed (inline files, and the
                 # dirty-block index: the data rides in the fast commit)
-                for _ in range(self.rnd.randrange(1, 7)):
+                for i in range(self.rnd.randrange(1, 7)):
+                    if i:
+                        self.unknown(node)  # after the last one's ACK
                     off = self.rnd.randrange(len(content))
                     buf = self.data(self.rnd.randrange(1, min(2048, len(content) - off) + 1))
                     os.pwrite(fd, buf, off)
                     self.setdata(content, off, buf)
+                    if self.quiet:
+                        continue
                     os.fdatasync(fd)
+                    if p in self.named and not node.meta_dirty:
+                        self.ack(node, p)
             elif kind == 3:  # a hole made and filled
                 hole = self.rnd.randrange(1, 256 << 10)
                 end = len(content) + hole
@@ -441,7 +469,8 @@ class Run:
                         buf = self.data(self.rnd.randrange(1, min(8192, len(content) - off) + 1))
                         m[off:off + len(buf)] = buf
                         content[off:off + len(buf)] = buf
-                    m.flush()  # msync(MS_SYNC)
+                    if not self.quiet:
+                        m.flush()  # msync(MS_SYNC)
                 finally:
                     m.close()
             else:  # overwrite in place
@@ -454,6 +483,12 @@ class Run:
         self.maybe_sync(p)
 
     def step(self):
+        """One operation.  After an acknowledgement, now and then, a quiet
+        stretch of 2-11 operations syncs nothing: a sync of anything
+        commits the journal, which would make up for a sync that missed
+        something before a crash could find it."""
+        if self.quiet:
+            self.quiet -= 1
         r = self.rnd.random()
         if r < 0.04:
             self.op_mkdir()
