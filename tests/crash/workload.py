@@ -360,8 +360,14 @@ class Run:
         elif kind == 3 or not node.xattrs:
             name = "user.k%d" % self.rnd.randrange(8)
             val = self.data(self.rnd.choice([0, 10, 200, 1500]))
-            os.setxattr(p, name, val)
-            node.xattrs[name] = val
+            try:
+                os.setxattr(p, name, val)
+                node.xattrs[name] = val
+            except OSError as e:
+                # a file's attributes share one block (as ext4's do):
+                # this one does not fit, and nothing changed
+                if e.errno != errno.ENOSPC:
+                    raise
         else:
             name = self.rnd.choice(sorted(node.xattrs))
             os.removexattr(p, name)
@@ -516,6 +522,7 @@ def run(root, logpath, seed):
     log = Log(logpath)
     w = Run(root, log, seed)
     try:
+        fsync_path(os.path.dirname(root) or ".")  # the caller made root
         while True:
             w.step()
     except OSError as e:
