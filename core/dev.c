@@ -40,7 +40,9 @@
  *      Its range is remembered (wb_bad, a few ranges, then the whole
  *      device): a read of it fails with -EIO rather than return the older
  *      bytes still on the device, until a later write covers it whole.
- *      The writers take no lock but wb_lock;
+ *      The writers take no lock but wb_lock.  A plain file without
+ *      O_DIRECT queues nothing (no copy is saved); a test's wrapper device
+ *      (dev_fault.c) does, so its power cuts cover the queue too;
  *  (6) d_write_gen counts a write once it can be on the device: a direct
  *      write when it has been issued, a queued one when it is queued (under
  *      wb_lock).  dev_flush samples it under wb_lock once the queue is
@@ -618,7 +620,7 @@ int dev_write_behind(struct shoal_dev *dev, const void *buf, size_t len, uint64_
 	int err;
 
 	if (!wb || len < DEV_DIRECT_MIN || len > wb->wb_max || (len | off) & (DEV_PAGE - 1) ||
-	    dev->d_dfd < 0 || !(it = calloc(1, sizeof(*it))))
+	    (dev->d_dfd < 0 && dev->d_ops == &dev_file_ops) || !(it = calloc(1, sizeof(*it))))
 		return dev_write(dev, buf, len, off);
 	pthread_mutex_lock(&wb->wb_lock);
 	if (len == WB_BUF && wb->wb_nfree)

@@ -137,6 +137,12 @@ struct dev_fault_cfg {
 	int64_t fc_fail_flush_at; /* same for flushes */
 	int fc_errno;
 	int64_t fc_cut_at_write; /* after this many writes, drop all further I/O */
+	/* fc_die_kill: at that write (the machine's death) write the pages of
+	 * the unflushed overlay that fc_die_keep_seed picks (0: none) to the
+	 * lower device, then SIGKILL this process before anything else
+	 * happens in it: the end-to-end power cut (SHOAL_TEST_POWER_CUT) */
+	unsigned fc_die_keep_seed;
+	int fc_die_kill;
 	/* a bad region: every read touching bytes [lo, hi) fails with
 	 * fc_errno, until the next dev_fault_set; hi == 0: none */
 	uint64_t fc_bad_read_lo, fc_bad_read_hi;

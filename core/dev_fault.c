@@ -21,6 +21,14 @@
  *   LIVE --write number fc_cut_at_write--> DEAD --dev_fault_cut--> OFF
  *   LIVE --dev_fault_cut--> OFF
  *
+ * The death can also be the process's own (fc_die_kill, shoal-mount's
+ * SHOAL_TEST_POWER_CUT): at write fc_cut_at_write the pages of the overlay
+ * that fc_die_keep_seed picks reach the lower device (as dev_fault_cut
+ * would write them), a line on stderr says so, and the process SIGKILLs
+ * itself while the writing thread holds f_lock, so no other thread's
+ * flush or write completes after the death: nothing the process answers
+ * after it (an fsync's reply, a lock it hands on) can claim what is lost.
+ *
  * The wrapper does not own the lower device: the caller closes that after
  * the wrapper (shoal_unmount closes the wrapper).  Closing a LIVE wrapper
  * writes its overlay to the lower device without a flush (a process exit:
@@ -44,9 +52,14 @@
  *      to stay bad until it says otherwise).
  */
 #include <errno.h>
+#include <inttypes.h>
 #include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#include <unistd.h>
 
 #include "dev.h"
 
@@ -227,6 +240,24 @@ static int fault_pread(struct shoal_dev *dev, void *buf, size_t len, uint64_t of
 	return err;
 }
 
+/* (fc_die_kill): the process dies at write n, f_lock held; never returns. */
+static void die_now(struct fault *f, int64_t n)
+{
+	uint64_t pages = f->f_frozen.m_count;
+	int err = 0;
+
+	if (f->f_cfg.fc_die_keep_seed)
+		err = map_apply(f, &f->f_frozen, f->f_cfg.fc_die_keep_seed);
+	fprintf(stderr,
+		"shoal: SHOAL_TEST_POWER_CUT: power cut at write %" PRId64
+		" (%" PRIu64 " unflushed pages, some kept by seed %u%s%s): killing this process\n",
+		n, pages, f->f_cfg.fc_die_keep_seed, err ? ": " : "", err ? strerror(-err) : "");
+	fflush(stderr);
+	kill(getpid(), SIGKILL);
+	for (;;)
+		pause(); /* f_lock stays held: no other I/O completes */
+}
+
 static int fault_pwrite(struct shoal_dev *dev, const void *buf, size_t len, uint64_t off)
 {
 	struct fault *f = dev->d_priv;
@@ -241,6 +272,8 @@ static int fault_pwrite(struct shoal_dev *dev, const void *buf, size_t len, uint
 		f->f_frozen = f->f_live; /* the machine dies: this is all it wrote */
 		f->f_live = (struct fmap){ 0 };
 		f->f_state = F_DEAD;
+		if (f->f_cfg.fc_die_kill)
+			die_now(f, n);
 	}
 	if (n == f->f_cfg.fc_fail_write_at) {
 		err = -f->f_cfg.fc_errno;

@@ -36,7 +36,17 @@
  *  (6) a guardian process (guard.c), started before anything else, aborts
  *      the FUSE connection and detaches the mount if this process dies
  *      before it unmounted: programs on a dead mount get an error, not a
- *      wait for ever, and the mount table does not keep the dead mount.
+ *      wait for ever, and the mount table does not keep the dead mount;
+ *  (7) test hook, for the crash tests only (tests/crash/t_powercut.sh):
+ *      with $SHOAL_TEST_POWER_CUT=N:SEED in the environment the device is
+ *      wrapped in the fault device (core/dev_fault.c) as a disk with a
+ *      volatile write cache: a write reaches the image only with the next
+ *      flush, and at the device's write number N (counted from the open,
+ *      0-based) the power goes: the pages of the unflushed writes that
+ *      SEED picks (0: none) reach the image, the rest is lost, and the
+ *      process SIGKILLs itself.  Only the environment turns it on, and
+ *      it says so on stderr; without O_DIRECT and zero-copy I/O (the fault
+ *      device has no descriptor of its own).
  */
 #include "smount.h"
 #include "guard.h"
@@ -83,6 +93,44 @@ struct mount_args {
 static int verdict_fd = -1;
 /* Set once the session is ending: start-up can no longer succeed. */
 static int stopping;
+
+/*
+ * (7): wrap *devp in the fault device if $SHOAL_TEST_POWER_CUT asks; the
+ * lower device is then *lowerp, for the caller to close after the wrapper.
+ * 0, or -1 with a message (a malformed value: the mount does not start).
+ */
+static int power_cut_hook(struct shoal_dev **devp, struct shoal_dev **lowerp)
+{
+	const char *v = getenv("SHOAL_TEST_POWER_CUT");
+	struct dev_fault_cfg cfg = { .fc_fail_write_at = -1, .fc_fail_flush_at = -1 };
+	unsigned long long n, seed;
+	struct shoal_dev *w;
+	int used = 0, err;
+
+	*lowerp = NULL;
+	if (!v)
+		return 0;
+	if (sscanf(v, "%llu:%llu%n", &n, &seed, &used) != 2 || v[used] || n > INT64_MAX ||
+	    seed > UINT_MAX) {
+		fprintf(stderr, PROG ": SHOAL_TEST_POWER_CUT=%s: want WRITE_NUMBER:SEED\n", v);
+		return -1;
+	}
+	err = dev_fault_wrap(*devp, &w);
+	if (err < 0) {
+		fprintf(stderr, PROG ": SHOAL_TEST_POWER_CUT: %s\n", strerror(-err));
+		return -1;
+	}
+	cfg.fc_cut_at_write = (int64_t)n;
+	cfg.fc_die_keep_seed = (unsigned)seed;
+	cfg.fc_die_kill = 1;
+	dev_fault_set(w, &cfg);
+	fprintf(stderr,
+		PROG ": TEST HOOK SHOAL_TEST_POWER_CUT=%s ACTIVE: the device loses its "
+		"unflushed writes and this process dies at device write %llu\n", v, n);
+	*lowerp = *devp;
+	*devp = w;
+	return 0;
+}
 
 static void usage(FILE *out)
 {
@@ -1050,7 +1098,7 @@ int main(int argc, char **argv)
 	struct fuse_loop_config *cfg;
 	struct ctl_server *ctl = NULL;
 	struct fuse_session *se;
-	struct shoal_dev *dev;
+	struct shoal_dev *dev, *cut_lower = NULL;
 	int c, ret, status = 0;
 
 	sm.sm_opts.mo_lock = "nolock";
@@ -1115,6 +1163,8 @@ int main(int argc, char **argv)
 		fprintf(stderr, PROG ": %s: %s\n", sm.sm_device, strerror(-ret));
 		goto out_args;
 	}
+	if (power_cut_hook(&dev, &cut_lower) < 0)
+		goto out_dev;
 	/*
 	 * Without a lock server nothing else may write the device: a second
 	 * read-write mount of it would corrupt it.  Read-only mounts share.
@@ -1218,6 +1268,8 @@ out_unmount:
 		fprintf(stderr, PROG ": %s: unmount: %s\n", sm.sm_device, strerror(-ret));
 		status = 1;
 	}
+	if (cut_lower)
+		dev_close(cut_lower); /* (7): after the wrapper, which shoal_unmount closed */
 	notify_parent(1); /* if the parent still waits, start-up failed */
 	log_line(&sm, "unmounted %s%s", sm.sm_device, status ? " with errors" : "");
 	fuse_opt_free_args(&args);
@@ -1229,6 +1281,8 @@ out_unmount:
 
 out_dev:
 	dev_close(dev);
+	if (cut_lower)
+		dev_close(cut_lower);
 out_args:
 	notify_parent(1); /* the parent, if any, reports a failed start-up */
 	fuse_opt_free_args(&args);

@@ -35,6 +35,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <setjmp.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -188,6 +189,68 @@ static int fdev_page(struct shoal_dev *d, uint64_t page)
 		if (b[i] != b[0])
 			return -1; /* torn inside a page */
 	return b[0];
+}
+
+/*
+ * fc_die_kill (shoal-mount's SHOAL_TEST_POWER_CUT): at write 4 the child
+ * dies of SIGKILL there and then; the image holds what it flushed, the
+ * pages of the unflushed writes the seed picked (with seed 0 none), and
+ * nothing written after the death.
+ */
+static void fault_die_child(const char *path, unsigned seed)
+{
+	struct shoal_dev *low, *fd;
+	struct dev_fault_cfg cfg = { .fc_fail_write_at = -1, .fc_fail_flush_at = -1,
+				     .fc_cut_at_write = 4, .fc_die_keep_seed = seed,
+				     .fc_die_kill = 1 };
+
+	if (dev_open(path, 0, &low) || dev_fault_wrap(low, &fd))
+		_exit(2);
+	dev_fault_set(fd, &cfg);
+	fdev_fill(fd, 60, 1);
+	if (dev_flush(fd))
+		_exit(2);
+	for (int p = 61; p < 64; p++)
+		fdev_fill(fd, p, 2); /* writes 1..3: unflushed */
+	fdev_fill(fd, 64, 3);        /* write 4: the power goes */
+	_exit(3);                    /* never reached */
+}
+
+static void test_fault_die(void **state)
+{
+	char *path = tu_tmpimage(MiB);
+	struct shoal_dev *low;
+	int kept = 0;
+
+	(void)state;
+	for (unsigned seed = 0; seed < 40; seed++) {
+		int st;
+		pid_t pid = fork();
+
+		assert_true(pid >= 0);
+		if (pid == 0)
+			fault_die_child(path, seed);
+		assert_int_equal(waitpid(pid, &st, 0), pid);
+		assert_true(WIFSIGNALED(st));
+		assert_int_equal(WTERMSIG(st), SIGKILL);
+		assert_int_equal(dev_open(path, 0, &low), 0);
+		assert_int_equal(fdev_page(low, 60), 1);
+		for (int p = 61; p < 64; p++) {
+			int v = fdev_page(low, p);
+			assert_true(v == 0 || v == 2);
+			assert_true(seed || v == 0);
+			kept += v == 2;
+		}
+		assert_int_equal(fdev_page(low, 64), 0);
+		struct shoal_dev *w;
+		assert_int_equal(dev_fault_wrap(low, &w), 0);
+		for (int p = 60; p < 65; p++)
+			fdev_fill(w, p, 0); /* the next seed starts from zeros */
+		dev_close(w);
+		dev_close(low);
+	}
+	assert_in_range(kept, 10, 107); /* of 39 * 3: some kept, some lost */
+	tu_rmimage(path);
 }
 
 static void test_fault_device(void **state)
@@ -2004,6 +2067,7 @@ int main(void)
 {
 	const struct CMUnitTest tests[] = {
 		cmocka_unit_test(test_fault_device),
+		cmocka_unit_test(test_fault_die),
 		cmocka_unit_test(test_sync_then_power_cut),
 		cmocka_unit_test(test_unsynced_changes),
 		cmocka_unit_test(test_crash_points),
