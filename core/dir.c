@@ -815,7 +815,7 @@ int dir_iterate(struct shoal_fs *fs, struct shoal_inode *dp, uint64_t after, dir
 		if (err)
 			goto out;
 		uint32_t ld = 0;
-		uint64_t steps = 0;
+		uint64_t steps = 0, leaf0 = blk;
 		for (int first = 1; blk; first = 0) {
 			err = first ? leaf_read(fs, dp, blk, &lb) : chain_read(fs, dp, blk, ld, &lb);
 			if (err)
@@ -834,6 +834,21 @@ int dir_iterate(struct shoal_fs *fs, struct shoal_inode *dp, uint64_t after, dir
 				goto out;
 		}
 		uint64_t width = 1ull << (depth - ld);
+		/* the depth rule: every entry of the leaf's range names it, or
+		 * a lookup would search another leaf for a name listed here */
+		for (uint64_t s = i & ~(width - 1); s < (i & ~(width - 1)) + width; s++) {
+			uint64_t other;
+			err = ht_get(fs, dp, s, &other);
+			if (err)
+				goto out;
+			if (other != leaf0) {
+				err = fs_corrupt_ino(fs, leaf0, dp->i_ino,
+						     "hash table does not name this leaf across its range")
+					      ? -EIO
+					      : -EIO;
+				goto out;
+			}
+		}
 		i = (i & ~(width - 1)) + width;
 		err = emit(&c, fn, arg);
 		if (err)

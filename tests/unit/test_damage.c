@@ -154,6 +154,65 @@ static void test_listed_names_can_be_looked_up(void **state)
 	}
 }
 
+/*
+ * A hash-table slot that names a valid leaf of another range (fuzz seed 3
+ * case 105: a table pointer changed by one, CRC recomputed).  The listing
+ * showed the names of the leaf the slot used to name, and a lookup of one
+ * of them searched the other leaf: ENOENT.  The depth rule is checked when
+ * a listing reaches a leaf: EIO.
+ */
+static void test_table_slot_names_another_leaf(void **state)
+{
+	char *path = tu_tmpimage(64 * MiB);
+	struct shoal_dev *dev = tu_format(path, 1);
+	uint8_t b[BS];
+	struct shoal_fs *fs;
+	struct stat st, d;
+	char name[256];
+	int err, n = 0;
+
+	dev_close(dev);
+	fs = mount_path(path, &err);
+	assert_int_equal(err, 0);
+	assert_int_equal(shoal_mkdir(fs, &root_ctx, shoal_root(fs), "d", 0755, &d), 0);
+	for (int i = 0; i < 300; i++) {
+		snprintf(name, sizeof(name), "%04d-%0200d", i, 0);
+		assert_int_equal(shoal_create(fs, &root_ctx, d.st_ino, name, 0644, O_RDWR, &st), 0);
+		shoal_release(fs, st.st_ino, O_RDWR);
+		shoal_forget(fs, st.st_ino, 1);
+	}
+	assert_int_equal(shoal_readdir(fs, d.st_ino, 0, O_RDONLY, count_fill, &n), 0);
+	assert_int_equal(n, 302);
+	assert_int_equal(shoal_unmount(fs), 0);
+
+	blk_io(path, d.st_ino, b, 0);
+	struct shoal_dinode *di = (void *)b;
+	assert_true(di->di_flags & SHOAL_DIF_EXHASH);
+	assert_int_equal(di->di_height, 1);
+	uint32_t slots = 1u << di->di_depth;
+	assert_true(slots <= SHOAL_HT_PTRS(BS));
+	uint64_t ht = *(uint64_t *)(b + SHOAL_DI_PAYLOAD_OFF);
+	blk_io(path, ht, b, 0);
+	uint64_t *p = (uint64_t *)(b + SHOAL_HT_PTR_OFF);
+	uint32_t s = 0;
+	while (s + 1 < slots && p[s] != p[s + 1])
+		s++;
+	assert_true(s + 1 < slots); /* a leaf named by two slots */
+	uint32_t o = 0;
+	while (p[o] == p[s])
+		o++; /* another leaf */
+	p[s + 1] = p[o];
+	meta_update_crc(b, BS);
+	blk_io(path, ht, b, 1);
+
+	fs = mount_path(path, &err);
+	assert_int_equal(err, 0);
+	n = 0;
+	assert_int_equal(shoal_readdir(fs, d.st_ino, 0, O_RDONLY, count_fill, &n), -EIO);
+	assert_int_equal(shoal_unmount(fs), 0);
+	tu_rmimage(path);
+}
+
 /* fsck.shoal FLAG path: its exit code ($SHOAL_FSCK; the test is skipped
  * without it). */
 static int fsck_rc(const char *flag, const char *path)
@@ -202,6 +261,7 @@ int main(void)
 		cmocka_unit_test(test_unlinked_bit_on_a_free_block),
 		cmocka_unit_test(test_listed_names_can_be_looked_up),
 		cmocka_unit_test(test_fsck_heartbeat_through_the_backup),
+		cmocka_unit_test(test_table_slot_names_another_leaf),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
