@@ -89,7 +89,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	if (fd < 0 || pwrite(fd, img, FZ_IMG_BYTES, 0) != FZ_IMG_BYTES)
 		fz_die("writing %s", fz_img);
 	close(fd);
-	if (fz_mount_walk(fz_img, "mount of the damaged image", 0)) {
+	if (fz_mount_walk(fz_img, "mount of the damaged image", 0, NULL)) {
 		fprintf(stderr, "fz_image: the walk failed; last mutation: %s\n", what);
 		abort();
 	}

@@ -842,7 +842,7 @@ static void walk_dir(struct walk *w, uint64_t dir, const char *path, int depth)
 
 /* Mount path in-process and walk it.  must_mount: a mount failure fails.
  * Returns 0, or 1 if the walk failed. */
-int fz_mount_walk(const char *path, const char *stage, int must_mount)
+int fz_mount_walk(const char *path, const char *stage, int must_mount, uint64_t *eio)
 {
 	struct shoal_mount_opts mo = { .mo_commit_secs = 3600, .mo_atime = SHOAL_NOATIME,
 				       .mo_cache_bytes = 2 * FZ_IMG_BYTES };
@@ -872,6 +872,8 @@ int fz_mount_walk(const char *path, const char *stage, int must_mount)
 	printf("%s: %" PRIu64 " names, %" PRIu64 " files read, %" PRIu64 " EIO%s (%.3f s)\n", stage,
 	       w.w_names, w.w_files, w.w_eio, w.w_failed ? ", FAILED" : "", fz_now());
 	fflush(stdout);
+	if (eio)
+		*eio = w.w_eio;
 	return w.w_failed;
 }
 

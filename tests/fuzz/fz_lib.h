@@ -50,7 +50,8 @@ size_t fz_blocks_of(enum fz_kind k, size_t **out);
 void fz_mutate(uint8_t *img, int *sb_done, char *what, size_t wlen);
 /* Mount the image at path in-process (lock=nolock) and walk it: 0, or 1
  * if a use failed with anything but EIO (or must_mount and it did not
- * mount).  Says what it did on stdout. */
-int fz_mount_walk(const char *path, const char *stage, int must_mount);
+ * mount).  Says what it did on stdout; the uses that failed with EIO in
+ * *eio (may be NULL). */
+int fz_mount_walk(const char *path, const char *stage, int must_mount, uint64_t *eio);
 
 #endif
