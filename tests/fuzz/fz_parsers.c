@@ -96,7 +96,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	/* (2): the block as a fast-commit block at its own address */
 	for (int data_ok = 0; data_ok < 2; data_ok++) {
 		const struct shoal_lfast *fc = (const void *)b;
-		if (meta_fc_valid(b, bsize, blkno, fc->fc_header.mh_seq, FZ_NBLK, data_ok))
+		if (meta_fc_valid(b, bsize, blkno, fc->fc_header.mh_seq, 1, FZ_NBLK, data_ok))
 			continue;
 		struct fz_io io = { home, bsize };
 		struct meta_fc_io fio = { fz_read, fz_write, NULL, &io };
