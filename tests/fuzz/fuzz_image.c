@@ -287,7 +287,7 @@ static int end_case(struct slot *sl, uint64_t seed, int st, int timed_out, doubl
 	printf("fuzz_image: case %" PRIu64 " FAILED (FUZZ_SEED=%" PRIu64 " FUZZ_CASE=%" PRIu64 "): ",
 	       c, seed, c);
 	if (timed_out)
-		printf("no result after %.0f s: a hang\n", timeout);
+		printf("no result after %.1f s: a hang\n", timeout);
 	else if (WIFSIGNALED(st))
 		printf("killed by signal %d\n", WTERMSIG(st));
 	else if (WEXITSTATUS(st) == 3)

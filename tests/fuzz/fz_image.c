@@ -25,6 +25,11 @@ static char fz_img[256];
 static const uint8_t *fz_in;
 static size_t fz_left;
 
+static void cleanup(void)
+{
+	unlink(fz_img);
+}
+
 static uint64_t input_rng(void)
 {
 	uint64_t v = 0;
@@ -60,6 +65,7 @@ static void setup(void)
 		fz_die("reading %s", base);
 	close(fd);
 	unlink(base);
+	atexit(cleanup); /* the image each input writes */
 	fz_scan();
 }
 
