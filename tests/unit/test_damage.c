@@ -328,6 +328,61 @@ static void test_fast_commit_names_the_backup(void **state)
 	tu_rmimage(path);
 }
 
+/*
+ * A hashed directory whose table fsck must rebuild, and whose first leaf is
+ * empty (fuzz seed 21 case 38).  The rebuild copied each leaf's entries
+ * with memcpy into a buffer not yet allocated: with no bytes, but from a
+ * NULL pointer, which UBSan reports (the sanitizer pass runs this test
+ * with the sanitizer build's fsck.shoal).
+ */
+static void test_fsck_rebuilds_a_table_with_an_empty_leaf(void **state)
+{
+	char *path = tu_tmpimage(64 * MiB);
+	struct shoal_dev *dev = tu_format(path, 1);
+	uint8_t b[BS];
+	struct shoal_fs *fs;
+	struct stat st, d;
+	char name[256];
+	int err;
+
+	dev_close(dev);
+	if (!getenv("SHOAL_FSCK")) {
+		tu_rmimage(path);
+		skip();
+	}
+	fs = mount_path(path, &err);
+	assert_int_equal(err, 0);
+	assert_int_equal(shoal_mkdir(fs, &root_ctx, shoal_root(fs), "d", 0755, &d), 0);
+	for (int i = 0; i < 300; i++) {
+		snprintf(name, sizeof(name), "%04d-%0200d", i, 0);
+		assert_int_equal(shoal_create(fs, &root_ctx, d.st_ino, name, 0644, O_RDWR, &st), 0);
+		shoal_release(fs, st.st_ino, O_RDWR);
+		shoal_forget(fs, st.st_ino, 1);
+	}
+	assert_int_equal(shoal_unmount(fs), 0);
+
+	blk_io(path, d.st_ino, b, 0);
+	uint32_t slots = 1u << ((struct shoal_dinode *)b)->di_depth;
+	uint64_t ht = *(uint64_t *)(b + SHOAL_DI_PAYLOAD_OFF);
+	blk_io(path, ht, b, 0);
+	uint64_t *p = (uint64_t *)(b + SHOAL_HT_PTR_OFF);
+	uint64_t first = p[0];
+	p[slots - 1] = 0; /* an empty table entry: the directory is rebuilt */
+	meta_update_crc(b, BS);
+	blk_io(path, ht, b, 1);
+	blk_io(path, first, b, 0); /* the first leaf walked is empty */
+	struct shoal_leaf *lf = (void *)b;
+	lf->lf_count = 0;
+	lf->lf_used = 0;
+	memset(b + SHOAL_LEAF_ENTRIES_OFF, 0, BS - SHOAL_LEAF_ENTRIES_OFF);
+	meta_update_crc(b, BS);
+	blk_io(path, first, b, 1);
+
+	assert_int_equal(fsck_rc("-y", path), 1);
+	assert_int_equal(fsck_rc("-n", path), 0);
+	tu_rmimage(path);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -336,6 +391,7 @@ int main(void)
 		cmocka_unit_test(test_fsck_heartbeat_through_the_backup),
 		cmocka_unit_test(test_table_slot_names_another_leaf),
 		cmocka_unit_test(test_fast_commit_names_the_backup),
+		cmocka_unit_test(test_fsck_rebuilds_a_table_with_an_empty_leaf),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
