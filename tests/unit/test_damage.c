@@ -383,6 +383,52 @@ static void test_fsck_rebuilds_a_table_with_an_empty_leaf(void **state)
 	tu_rmimage(path);
 }
 
+/*
+ * An xattr name with a NUL in it, CRC valid (fuzz seed 41 case 305: a
+ * name length grew over the next entry).  listxattr showed the name cut
+ * at the NUL, getxattr of it gave ENODATA, and fsck called the block
+ * clean.  Such an entry is malformed: EIO, and fsck drops it.
+ */
+static void test_xattr_name_with_a_nul(void **state)
+{
+	char *path = tu_tmpimage(64 * MiB);
+	struct shoal_dev *dev = tu_format(path, 1);
+	uint8_t b[BS];
+	struct shoal_fs *fs;
+	struct stat st;
+	char list[256];
+	int err;
+
+	dev_close(dev);
+	fs = mount_path(path, &err);
+	assert_int_equal(err, 0);
+	assert_int_equal(shoal_create(fs, &root_ctx, shoal_root(fs), "f", 0644, O_RDWR, &st), 0);
+	shoal_release(fs, st.st_ino, O_RDWR);
+	assert_int_equal(shoal_setxattr(fs, st.st_ino, "user.one", "1", 1, 0), 0);
+	assert_int_equal(shoal_setxattr(fs, st.st_ino, "user.two", "2", 1, 0), 0);
+	assert_int_equal(shoal_unmount(fs), 0);
+
+	blk_io(path, st.st_ino, b, 0);
+	uint64_t xb = ((struct shoal_dinode *)b)->di_xattr;
+	blk_io(path, xb, b, 0);
+	uint8_t *e = b + SHOAL_XATTR_ENTRIES_OFF;
+	assert_int_equal(e[1], 3);
+	e[4 + 1] = 0; /* "o\0e" */
+	meta_update_crc(b, BS);
+	blk_io(path, xb, b, 1);
+
+	fs = mount_path(path, &err);
+	assert_int_equal(err, 0);
+	assert_int_equal(shoal_listxattr(fs, st.st_ino, list, sizeof(list)), -EIO);
+	assert_int_equal(shoal_unmount(fs), 0);
+	if (getenv("SHOAL_FSCK")) {
+		assert_int_equal(fsck_rc("-n", path), 4);
+		assert_int_equal(fsck_rc("-y", path), 1);
+		assert_int_equal(fsck_rc("-n", path), 0);
+	}
+	tu_rmimage(path);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -392,6 +438,7 @@ int main(void)
 		cmocka_unit_test(test_table_slot_names_another_leaf),
 		cmocka_unit_test(test_fast_commit_names_the_backup),
 		cmocka_unit_test(test_fsck_rebuilds_a_table_with_an_empty_leaf),
+		cmocka_unit_test(test_xattr_name_with_a_nul),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
