@@ -711,12 +711,32 @@ struct collected {
 	size_t c_nlen, c_ncap;
 };
 
-static int collect_area(struct collected *c, const uint8_t *area, uint32_t used, uint64_t after)
+/*
+ * An entry readdir may hand out: a name FORMAT.md 8 allows (no NUL, no
+ * '/', not "." or ".."), whose de_hash is its name's and lies in the hash
+ * range of its leaf (the top `bits` bits are prefix; 0 bits: inline).  A
+ * listing must never show a name that a lookup then cannot find, or one
+ * no lookup can ask for: such an entry is damage (invariant (1)).
+ */
+static int ent_sane(struct shoal_fs *fs, const struct dent *d, unsigned bits, uint64_t prefix)
+{
+	if (memchr(d->name, '\0', d->namelen) || memchr(d->name, '/', d->namelen) ||
+	    (d->name[0] == '.' && (d->namelen == 1 || (d->namelen == 2 && d->name[1] == '.'))))
+		return -EUCLEAN;
+	if (d->hash != name_hash(fs, d->name, d->namelen))
+		return -EUCLEAN;
+	if (bits && d->hash >> (63 - bits) != prefix)
+		return -EUCLEAN;
+	return 0;
+}
+
+static int collect_area(struct shoal_fs *fs, struct collected *c, const uint8_t *area,
+			uint32_t used, uint64_t after, unsigned bits, uint64_t prefix)
 {
 	uint32_t off = 0;
 	while (off < used) {
 		struct dent d;
-		if (ent_decode(area + off, used - off, &d))
+		if (ent_decode(area + off, used - off, &d) || ent_sane(fs, &d, bits, prefix))
 			return -EUCLEAN;
 		off += SHOAL_DIRENT_SIZE(d.namelen);
 		if (d.hash <= after)
@@ -778,7 +798,7 @@ int dir_iterate(struct shoal_fs *fs, struct shoal_inode *dp, uint64_t after, dir
 	int err = 0;
 
 	if (!is_hashed(dp)) {
-		err = collect_area(&c, idir_area(dp), idir(dp)->id_used, after);
+		err = collect_area(fs, &c, idir_area(dp), idir(dp)->id_used, after, 0, 0);
 		if (err == -EUCLEAN)
 			err = fs_corrupt(fs, dp->i_ino, "inline directory entries") ? -EIO : -EIO;
 		if (!err)
@@ -795,14 +815,15 @@ int dir_iterate(struct shoal_fs *fs, struct shoal_inode *dp, uint64_t after, dir
 		if (err)
 			goto out;
 		uint32_t ld = 0;
-		uint64_t steps = 0;
+		uint64_t steps = 0, leaf0 = blk;
 		for (int first = 1; blk; first = 0) {
 			err = first ? leaf_read(fs, dp, blk, &lb) : chain_read(fs, dp, blk, ld, &lb);
 			if (err)
 				goto out;
 			struct shoal_leaf *lf = (void *)lb->b_data;
 			ld = lf->lf_depth; /* <= depth: leaf_read */
-			err = collect_area(&c, lb->b_data + SHOAL_LEAF_ENTRIES_OFF, lf->lf_used, after);
+			err = collect_area(fs, &c, lb->b_data + SHOAL_LEAF_ENTRIES_OFF, lf->lf_used,
+					   after, ld, ld ? i >> (depth - ld) : 0);
 			if (err == -EUCLEAN)
 				err = fs_corrupt_ino(fs, lb->b_blkno, dp->i_ino,
 						     "directory leaf entries") ? -EIO : -EIO;
@@ -813,6 +834,21 @@ int dir_iterate(struct shoal_fs *fs, struct shoal_inode *dp, uint64_t after, dir
 				goto out;
 		}
 		uint64_t width = 1ull << (depth - ld);
+		/* the depth rule: every entry of the leaf's range names it, or
+		 * a lookup would search another leaf for a name listed here */
+		for (uint64_t s = i & ~(width - 1); s < (i & ~(width - 1)) + width; s++) {
+			uint64_t other;
+			err = ht_get(fs, dp, s, &other);
+			if (err)
+				goto out;
+			if (other != leaf0) {
+				err = fs_corrupt_ino(fs, leaf0, dp->i_ino,
+						     "hash table does not name this leaf across its range")
+					      ? -EIO
+					      : -EIO;
+				goto out;
+			}
+		}
 		i = (i & ~(width - 1)) + width;
 		err = emit(&c, fn, arg);
 		if (err)

@@ -578,30 +578,27 @@ int hb_stop(struct hb_writer *w, int clean)
 	return err;
 }
 
-int hb_read_sb(struct shoal_dev *dev, struct shoal_sb *sb)
+/* The superblock at blkno of block size bs, if it is good (valid and
+ * sane: FORMAT.md 3) and its heartbeat blocks lie on the device. */
+static int hb_sb_at(struct shoal_dev *dev, uint32_t bs, uint64_t blkno, struct shoal_sb *sb)
 {
-	uint8_t first[1024];
-	const struct shoal_sb *s = (const void *)first;
 	void *b;
 	int err;
 
-	if (dev->d_size < sizeof(first))
+	if (bs > dev->d_size || (blkno + 1) * bs > dev->d_size)
 		return -ENOENT;
-	err = dev_read_uncached(dev, first, sizeof(first), 0);
-	if (err)
-		return err;
-	if (s->sb_header.mh_magic != SHOAL_MAGIC || s->sb_header.mh_type != SHOAL_MT_SB ||
-	    s->sb_bsize < SHOAL_MIN_BSIZE || s->sb_bsize > SHOAL_MAX_BSIZE ||
-	    (s->sb_bsize & (s->sb_bsize - 1)) || s->sb_bsize > dev->d_size)
-		return -ENOENT;
-	b = malloc(s->sb_bsize);
+	b = malloc(bs);
 	if (!b)
 		return -ENOMEM;
-	err = dev_read_uncached(dev, b, s->sb_bsize, 0);
-	if (!err && meta_check(b, s->sb_bsize, SHOAL_MT_SB, 0))
+	err = dev_read_uncached(dev, b, bs, blkno * bs);
+	if (!err && (meta_check(b, bs, SHOAL_MT_SB, blkno) ||
+		     ((const struct shoal_sb *)b)->sb_bsize != bs ||
+		     meta_sb_insane(b, dev->d_size)))
 		err = -ENOENT;
 	if (!err) {
 		memcpy(sb, b, sizeof(*sb));
+		if (blkno && sb->sb_blocks != blkno + 1)
+			err = -ENOENT; /* not the backup of this device's filesystem */
 		/* the heartbeat blocks must lie on the device */
 		if ((sb->sb_feat_incompat & SHOAL_FEAT_INCOMPAT_HEARTBEAT) &&
 		    (sb->sb_jcount == 0 || sb->sb_jcount > 256 ||
@@ -610,4 +607,34 @@ int hb_read_sb(struct shoal_dev *dev, struct shoal_sb *sb)
 	}
 	free(b);
 	return err;
+}
+
+int hb_read_sb(struct shoal_dev *dev, struct shoal_sb *sb)
+{
+	uint8_t first[1024];
+	const struct shoal_sb *s = (const void *)first;
+	int err;
+
+	if (dev->d_size < sizeof(first))
+		return -ENOENT;
+	err = dev_read_uncached(dev, first, sizeof(first), 0);
+	if (err)
+		return err;
+	/* the superblock the mount and fsck choose: a good primary, else a
+	 * good backup in the device's last block (FORMAT.md 3) */
+	if (s->sb_header.mh_magic == SHOAL_MAGIC && s->sb_header.mh_type == SHOAL_MT_SB &&
+	    s->sb_bsize >= SHOAL_MIN_BSIZE && s->sb_bsize <= SHOAL_MAX_BSIZE &&
+	    !(s->sb_bsize & (s->sb_bsize - 1))) {
+		err = hb_sb_at(dev, s->sb_bsize, 0, sb);
+		if (err != -ENOENT)
+			return err;
+	}
+	for (uint32_t bs = SHOAL_MIN_BSIZE; bs <= SHOAL_MAX_BSIZE; bs <<= 1) {
+		if (dev->d_size / bs < 2)
+			break;
+		err = hb_sb_at(dev, bs, dev->d_size / bs - 1, sb);
+		if (err != -ENOENT)
+			return err;
+	}
+	return -ENOENT;
 }

@@ -49,7 +49,8 @@ int hb_stop(struct hb_writer *w, int clean);
 /* Has the thread given up (and fenced the device)? */
 int hb_failed(struct hb_writer *w);
 
-/* Read the primary superblock (for mkfs, which has no mount): 0, or
- * -ENOENT when there is no valid one. */
+/* Read the superblock a mount would use (for mkfs and fsck, which have no
+ * mount): a good primary, else a good backup in the device's last block
+ * (FORMAT.md 3); 0, or -ENOENT when there is none. */
 int hb_read_sb(struct shoal_dev *dev, struct shoal_sb *sb);
 #endif

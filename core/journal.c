@@ -210,7 +210,8 @@ int jnl_recover(struct shoal_fs *fs, uint32_t index, uint32_t *replayed)
 			if (used == 0 && ld->ld_header.mh_type == SHOAL_MT_LFAST) {
 				/* a fast-commit block of transaction seq (6): held
 				 * back until we know whether its commit follows */
-				if (meta_fc_valid(desc, bs, daddr, seq, fs->fs_sb.sb_blocks, fcdata))
+				if (meta_fc_valid(desc, bs, daddr, seq, fs->fs_sb.sb_rgfirst,
+						  fs->fs_sb.sb_blocks - 1, fcdata))
 					goto replay_done;
 				err = meta_fc_hold(&held, pos);
 				if (err)
@@ -232,8 +233,11 @@ int jnl_recover(struct shoal_fs *fs, uint32_t index, uint32_t *replayed)
 				err = dev_read(fs->fs_dev, img, bs, (addr + pos) << fs->fs_bshift);
 				if (err)
 					goto out_free;
-				if (crc32c(0, img, bs) != tags[i].lt_crc || tags[i].lt_blkno == 0 ||
-				    tags[i].lt_blkno >= fs->fs_sb.sb_blocks)
+				/* a home in the groups: the superblocks, journals and
+				 * heartbeat blocks are never logged (FORMAT.md 11.2) */
+				if (crc32c(0, img, bs) != tags[i].lt_crc ||
+				    tags[i].lt_blkno < fs->fs_sb.sb_rgfirst ||
+				    tags[i].lt_blkno >= fs->fs_sb.sb_blocks - 1)
 					goto replay_done;
 				homes[n++] = tags[i].lt_blkno;
 				pos = log_next(&jt, pos);

@@ -185,7 +185,7 @@ int meta_fc_next(const void *block, uint32_t *cursor, const struct shoal_lfrec *
 }
 
 int meta_fc_valid(const void *block, uint32_t bsize, uint64_t daddr, uint64_t seq,
-		  uint64_t nblocks, int data_ok)
+		  uint64_t lo, uint64_t hi, int data_ok)
 {
 	const struct shoal_lfast *fc = block;
 	const struct shoal_lfrec *r;
@@ -203,8 +203,8 @@ int meta_fc_valid(const void *block, uint32_t bsize, uint64_t daddr, uint64_t se
 			return -EUCLEAN;
 		meta_fc_next(block, &cur, &r, &d);
 		int data = r->fr_flags == SHOAL_FR_DATA;
-		if (cur > SHOAL_LFAST_REC_OFF + fc->fc_bytes || r->fr_blkno == 0 ||
-		    r->fr_blkno >= nblocks || r->fr_len == 0 ||
+		if (cur > SHOAL_LFAST_REC_OFF + fc->fc_bytes || r->fr_blkno < lo ||
+		    r->fr_blkno >= hi || r->fr_len == 0 ||
 		    (!data && r->fr_off < sizeof(struct shoal_mh)) ||
 		    (uint32_t)r->fr_off + r->fr_len > bsize || (r->fr_flags && !(data && data_ok)))
 			return -EUCLEAN;

@@ -53,7 +53,8 @@ int meta_dirents_split(uint8_t *area, uint32_t *used, uint8_t *dst, uint32_t *ds
  * Fast-commit blocks (FORMAT.md 11.4), for replay by core/journal.c and
  * fsck.shoal alike.  meta_fc_valid: the block read from log address daddr
  * is a valid fast-commit block of sequence seq whose records all lie inside
- * it and name blocks 1..nblocks-1 (0, or -EUCLEAN); data records
+ * it and name home blocks in [lo, hi) (0, or -EUCLEAN): the resource
+ * groups, sb_rgfirst .. N-2 (FORMAT.md 11.4); data records
  * (SHOAL_FR_DATA) only if data_ok (SHOAL_FEAT_INCOMPAT_FCDATA).  meta_fc_next walks the
  * records of a valid block (*cursor starts at 0; 1 while there is one).
  * meta_fc_first: rec is the first record of its home block (replay reads,
@@ -65,7 +66,7 @@ struct shoal_lfrec;
 /* Bytes of a fast-commit block written and covered by its CRC. */
 uint32_t meta_fc_span(uint32_t fc_bytes, uint32_t bsize);
 int meta_fc_valid(const void *block, uint32_t bsize, uint64_t daddr, uint64_t seq,
-		  uint64_t nblocks, int data_ok);
+		  uint64_t lo, uint64_t hi, int data_ok);
 int meta_fc_next(const void *block, uint32_t *cursor, const struct shoal_lfrec **rec,
 		 const uint8_t **data);
 int meta_fc_first(const void *block, const struct shoal_lfrec *rec);

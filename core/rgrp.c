@@ -539,11 +539,22 @@ int rg_reap_unlinked(struct shoal_fs *fs, uint32_t *reaped)
 		for (uint32_t n = 0; n < nfound; n++) {
 			struct shoal_inode *ip;
 			err = inode_get(fs, found[n], &ip);
+			if (err == -EIO || err == -ESTALE) {
+				/* a bitmap that says UNLINKED of a block that is no
+				 * dinode: damage, logged and left to fsck; the mount
+				 * goes on (FORMAT.md "Damage") */
+				err = 0;
+				continue;
+			}
 			if (err)
 				break;
 			if (ip_di(ip)->di_nlink == 0 && ip->i_open == 0 && ip->i_nlookup == 0)
 				err = inode_destroy(fs, ip);
 			inode_put(fs, ip);
+			if (err == -EIO) {
+				err = 0; /* its block map is damaged: fsck frees the rest */
+				continue;
+			}
 			if (err)
 				break;
 			(*reaped)++;

@@ -334,6 +334,8 @@ const char *shoal_mount_error(void)
 	return mount_err;
 }
 
+static void free_inodes(struct shoal_fs *fs);
+
 int shoal_mount(struct shoal_dev *dev, const struct shoal_mount_opts *opts,
 		struct shoal_fs **out)
 {
@@ -515,6 +517,11 @@ int shoal_mount(struct shoal_dev *dev, const struct shoal_mount_opts *opts,
 	*out = fs;
 	return 0;
 out_rg:
+	/* what reaping orphans began, and the inodes it and the root read */
+	pthread_mutex_lock(&fs->fs_lock);
+	jnl_release(fs);
+	free_inodes(fs);
+	pthread_mutex_unlock(&fs->fs_lock);
 	rg_destroy(fs);
 out_bc:
 	gl_stop(fs);

@@ -69,8 +69,9 @@ static const char *xblock_bad(struct shoal_fs *fs, struct shoal_buf *b)
 			return "xattr entry header past xh_used";
 		memcpy(&e, area + off, sizeof(e));
 		uint32_t sz = sizeof(e) + e.xe_namelen + e.xe_vallen;
-		if (sz > xh->xh_used - off || e.xe_namelen == 0 || !ns_prefix(e.xe_ns))
-			return "xattr entry malformed";
+		if (sz > xh->xh_used - off || e.xe_namelen == 0 || !ns_prefix(e.xe_ns) ||
+		    memchr(area + off + sizeof(e), '\0', e.xe_namelen))
+			return "xattr entry malformed"; /* a NUL would cut the listed name */
 		off += sz;
 		n++;
 	}

@@ -526,7 +526,8 @@ static int xattr_check(struct fsck *f, uint64_t ino, uint8_t *dib, uint8_t *xb, 
 			goto bad;
 		memcpy(&vl, e + 2, 2);
 		sz = (uint32_t)sizeof(struct shoal_xattr_ent) + e[1] + vl;
-		if (e[0] < SHOAL_XNS_USER || e[0] > SHOAL_XNS_SYSTEM || e[1] == 0 || sz > left)
+		if (e[0] < SHOAL_XNS_USER || e[0] > SHOAL_XNS_SYSTEM || e[1] == 0 || sz > left ||
+		    memchr(e + 4, '\0', e[1]))
 			goto bad;
 		/* (namespace, name) unique: quadratic, a block holds few */
 		for (uint32_t o2 = 0; o2 < off;) {

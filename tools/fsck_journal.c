@@ -80,7 +80,8 @@ static int64_t tx_walk(struct fsck *f, struct jscan *js, uint8_t *desc, uint8_t 
 		if (used == 0 && ld->ld_header.mh_type == SHOAL_MT_LFAST) {
 			/* a fast-commit block: one log block, the sequence
 			 * stays; applied only if no commit of it follows */
-			if (meta_fc_valid(desc, f->f_bsize, daddr, js->js_seq, f->f_blocks,
+			if (meta_fc_valid(desc, f->f_bsize, daddr, js->js_seq, f->f_sb.sb_rgfirst,
+					  f->f_blocks - 1,
 					  (f->f_sb.sb_feat_incompat & SHOAL_FEAT_INCOMPAT_FCDATA) != 0))
 				return 0;
 			if (apply) {
@@ -105,7 +106,7 @@ static int64_t tx_walk(struct fsck *f, struct jscan *js, uint8_t *desc, uint8_t 
 				return 0;
 			if (blk_read(f, js->js_addr + pos, img))
 				return -EIO;
-			if (tags[i].lt_blkno == 0 || tags[i].lt_blkno >= f->f_blocks ||
+			if (tags[i].lt_blkno < f->f_sb.sb_rgfirst || tags[i].lt_blkno >= f->f_blocks - 1 ||
 			    crc32c(0, img, f->f_bsize) != tags[i].lt_crc)
 				return 0;
 			if (apply) {

@@ -395,7 +395,8 @@ static int rebuild_dir(struct fsck *f, const struct fsck_rebuild *rb)
 			ents = n;
 			cap = ncap;
 		}
-		memcpy(ents + used, lb + SHOAL_LEAF_ENTRIES_OFF, lf->lf_used);
+		if (lf->lf_used) /* ents may still be NULL */
+			memcpy(ents + used, lb + SHOAL_LEAF_ENTRIES_OFF, lf->lf_used);
 		used += lf->lf_used;
 		if (map_get(f->f_fmap, blk) == SHOAL_B_DATA)
 			fsck_set_state(f, blk, SHOAL_B_FREE);
