@@ -23,6 +23,7 @@
 struct shoal_fs;
 struct glock;
 struct lk_plock;
+struct shoal_plock_stats;
 
 #ifndef ERESTART
 #define ERESTART 85
@@ -161,6 +162,7 @@ struct lm_ops {
 	int (*lm_plock_wait)(struct shoal_fs *fs, const struct lk_plock *pl,
 			     void (*done)(void *arg, int err), void *arg, uint32_t *token);
 	int (*lm_plock_cancel)(struct shoal_fs *fs, uint64_t ino, uint32_t token);
+	void (*lm_plock_stats)(struct shoal_fs *fs, struct shoal_plock_stats *st);
 	int lm_cluster; /* several nodes: demotions and recovery happen */
 };
 

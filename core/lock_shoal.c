@@ -189,6 +189,17 @@ static int lks_plock_cancel(struct shoal_fs *fs, uint64_t ino, uint32_t token)
 	return lkc_plock_cancel(fs->fs_lm_priv, ino, token);
 }
 
+static void lks_plock_stats(struct shoal_fs *fs, struct shoal_plock_stats *st)
+{
+	struct lkc_stats ls;
+
+	lkc_get_stats(fs->fs_lm_priv, &ls);
+	st->local = ls.plock_local;
+	st->owned = ls.plock_owned;
+	st->grants = ls.plock_grants;
+	st->gives = ls.plock_gives;
+}
+
 const struct lm_ops lm_shoal_ops = {
 	.lm_name = "shoal",
 	.lm_mount = lks_mount,
@@ -202,5 +213,6 @@ const struct lm_ops lm_shoal_ops = {
 	.lm_plock = lks_plock,
 	.lm_plock_wait = lks_plock_wait,
 	.lm_plock_cancel = lks_plock_cancel,
+	.lm_plock_stats = lks_plock_stats,
 	.lm_cluster = 1,
 };

@@ -11,6 +11,7 @@
  * lockd answers -ENOTCONN; applications get -ENOLCK.
  */
 #include <errno.h>
+#include <string.h>
 
 #include "internal.h"
 #include "lock.h"
@@ -39,6 +40,13 @@ int shoal_plock_wait(struct shoal_fs *fs, const struct lk_plock *pl,
 	if (!shoal_plock_supported(fs))
 		return -ENOSYS;
 	return lost(fs->fs_lm->lm_plock_wait(fs, pl, done, arg, token));
+}
+
+void shoal_plock_stats(struct shoal_fs *fs, struct shoal_plock_stats *st)
+{
+	memset(st, 0, sizeof(*st));
+	if (shoal_plock_supported(fs) && fs->fs_lm->lm_plock_stats)
+		fs->fs_lm->lm_plock_stats(fs, st);
 }
 
 int shoal_plock_cancel(struct shoal_fs *fs, uint64_t ino, uint32_t token)

@@ -88,6 +88,13 @@ static int cmd_stat(void *arg, const char *args, FILE *out)
 	}
 	wbkick_stats(out);
 	mb_stats(out);
+	{
+		struct shoal_plock_stats ps;
+		shoal_plock_stats(sm->sm_fs, &ps);
+		fprintf(out, "plock_local %llu\nplock_owned %llu\nplock_grants %llu\nplock_gives %llu\n",
+			(unsigned long long)ps.local, (unsigned long long)ps.owned,
+			(unsigned long long)ps.grants, (unsigned long long)ps.gives);
+	}
 	fprintf(out, "readonly %d\n", shoal_is_readonly(sm->sm_fs) ? 1 : 0);
 	uint64_t dblk, dino;
 	if (shoal_damage(sm->sm_fs, &dblk, &dino))

@@ -41,6 +41,7 @@
 
 #include "lk_proto.h"
 #include "lk_crypto.h"
+#include "lk_plown.h"
 #include "shoal/lockd.h"
 
 static uint64_t boot_now_ns(void)
@@ -109,6 +110,7 @@ struct lkc {
 	uint32_t c_hb_pend;	     /* atomic: heartbeat seq for the next sender */
 	uint64_t c_spin_ns;	     /* how long it polls: $SHOAL_LKC_SPIN_US, default 50 */
 	int c_plock;		     /* lockd serves PLOCK (CHALLENGE cflags), set before UP */
+	struct plown *c_own;	     /* the plock spaces this node owns; NULL: it owns none */
 };
 
 static void timespec_at(struct timespec *ts, uint64_t mono_ns)
@@ -163,6 +165,12 @@ static int send_all(struct lkc *c, const uint8_t *buf, size_t len)
 	return rc;
 }
 
+/* plown's way to write its give-backs (lk_plown.h). */
+static int own_send(void *arg, const uint8_t *buf, size_t len)
+{
+	return send_all(arg, buf, len);
+}
+
 /* Under c_lock: go DOWN, fail every request in flight (invariant 1). */
 static void go_down(struct lkc *c, const char *why)
 {
@@ -173,6 +181,8 @@ static void go_down(struct lkc *c, const char *why)
 	__atomic_store_n(&c->c_state, LKC_DOWN, __ATOMIC_RELAXED);
 	snprintf(c->c_why, sizeof(c->c_why), "%s", why);
 	shutdown(c->c_fd, SHUT_RDWR);
+	if (c->c_own)
+		plown_clear(c->c_own); /* lock order: c_lock, then plown's */
 	while ((rq = c->c_reqs)) {
 		c->c_reqs = rq->rq_next;
 		if (rq->rq_done_fn) { /* lockd.h: done runs with c_lock held here */
@@ -444,6 +454,12 @@ int lkc_plock(struct lkc *c, int op, struct lk_plock *pl)
 
 	if ((op != LK_PL_GET && op != LK_PL_SET && op != LK_PL_CLOSE) || !plock_valid(pl))
 		return -EINVAL;
+	if (c->c_own && __atomic_load_n(&c->c_state, __ATOMIC_RELAXED) == LKC_UP) {
+		int local;
+		rc = plown_op(c->c_own, op, pl, &local);
+		if (local)
+			return rc;
+	}
 	plock_frame(f, op, pl);
 	rc = request_many(c, f, sizeof(f), &rq, 1, 0);
 	return rc ? rc : rq.rq_result;
@@ -458,6 +474,17 @@ int lkc_plock_wait(struct lkc *c, const struct lk_plock *pl, lkc_plock_done_fn d
 
 	if (!plock_valid(pl) || pl->pl_type == LK_PL_UN || !done)
 		return -EINVAL;
+	if (c->c_own && __atomic_load_n(&c->c_state, __ATOMIC_RELAXED) == LKC_UP) {
+		int local;
+		rc = plown_wait(c->c_own, pl, &local);
+		if (local) {
+			if (rc)
+				return rc;
+			*seq = 0; /* granted here: nothing to cancel */
+			done(arg, 0);
+			return 0;
+		}
+	}
 	rq = calloc(1, sizeof(*rq));
 	if (!rq)
 		return -ENOMEM;
@@ -497,6 +524,8 @@ int lkc_plock_cancel(struct lkc *c, uint64_t ino, uint32_t seq)
 	uint8_t f[LKP_HDR + LKP_PLOCK_LEN];
 	struct lk_plock pl = { .pl_ino = ino, .pl_pid = seq };
 
+	if (!seq)
+		return 0; /* granted at once from an owned space */
 	if (__atomic_load_n(&c->c_state, __ATOMIC_RELAXED) != LKC_UP)
 		return -ENOTCONN;
 	plock_frame(f, LKP_PL_CANCEL, &pl);
@@ -517,9 +546,17 @@ int lkc_recovery_done(struct lkc *c, uint32_t jid)
 
 void lkc_get_stats(struct lkc *c, struct lkc_stats *st)
 {
+	struct plown_stats os = { 0 };
+
+	if (c->c_own)
+		plown_get_stats(c->c_own, &os);
 	pthread_mutex_lock(&c->c_lock);
 	*st = c->c_stats;
 	pthread_mutex_unlock(&c->c_lock);
+	st->plock_owned = os.owned;
+	st->plock_local = os.local;
+	st->plock_grants = os.grants;
+	st->plock_gives = os.gives;
 }
 
 /* --- receiver thread --------------------------------------------------------- */
@@ -560,6 +597,12 @@ static int rx_frame(struct lkc *c, const uint8_t *f, size_t flen)
 
 		if (plen != LKP_PLOCK_REPLY_LEN || lkp_get32(p + 4) > LK_PL_UN)
 			return -EPROTO;
+		if (lkp_get32(p + 28) & LKP_PLR_OWN) {
+			if (!c->c_own || !seq)
+				return -EPROTO; /* never asked for (JOIN without PLOWN) */
+			/* before the caller hears its answer (plown.c (1)) */
+			plown_grant(c->c_own, lkp_get64(p + 8));
+		}
 		pthread_mutex_lock(&c->c_lock);
 		rq = req_take(c, seq);
 		if (rq && rq->rq_done_fn) {
@@ -584,9 +627,16 @@ static int rx_frame(struct lkc *c, const uint8_t *f, size_t flen)
 		pthread_mutex_unlock(&c->c_lock);
 		return 0;
 	}
+	case LKP_PLOCK_DROP:
+		if (plen != LKP_PLOCK_DROP_LEN || !c->c_own)
+			return -EPROTO;
+		plown_drop(c->c_own, lkp_get64(p));
+		return 0;
 	case LKP_HEARTBEAT_ACK:
 		if (plen)
 			return -EPROTO;
+		if (c->c_own)
+			plown_idle(c->c_own); /* every lease/4 */
 		pthread_mutex_lock(&c->c_lock);
 		for (unsigned i = 0; i < LKC_HB_RING; i++) {
 			if (c->c_hb_ring[i].seq == seq && c->c_hb_ring[i].sent) {
@@ -953,7 +1003,8 @@ static int handshake(struct lkc *c, const struct lkp_addr *la, const struct lkc_
 		q[40] = (uint8_t)nl;
 		q[41] = (uint8_t)tl;
 		lkp_put16(q + 42, (uint16_t)((cfg->self_recover ? LKP_JF_SELF_RECOVER : 0) |
-					     (cfg->uuid ? LKP_JF_UUID : 0)));
+					     (cfg->uuid ? LKP_JF_UUID : 0) |
+					     (c->c_own ? LKP_JF_PLOWN : 0)));
 		memcpy(q + 44, cfg->node, nl);
 		memcpy(q + 44 + nl, cfg->table, tl);
 		if (ul)
@@ -1056,6 +1107,15 @@ int lkc_connect(const struct lkc_config *cfg, struct lkc **out, uint32_t *jid, u
 		goto out_key;
 	}
 	c->c_fd = -1;
+	if (!cfg->plock_no_own && !(getenv("SHOAL_PLOCK_OWN") && !strcmp(getenv("SHOAL_PLOCK_OWN"), "0"))) {
+		c->c_own = plown_create(own_send, c);
+		if (!c->c_own) {
+			free(c);
+			rc = -ENOMEM;
+			snprintf(err, errlen, "lockd at %s: %s", cfg->addr, strerror(ENOMEM));
+			goto out_key;
+		}
+	}
 	c->c_spin_ns = LKC_SPIN_NS;
 	if (getenv("SHOAL_LKC_SPIN_US"))
 		c->c_spin_ns = strtoull(getenv("SHOAL_LKC_SPIN_US"), NULL, 10) * 1000;
@@ -1133,6 +1193,7 @@ out_err:
 	pthread_cond_destroy(&c->c_timer_cond);
 	pthread_mutex_destroy(&c->c_lock);
 	pthread_mutex_destroy(&c->c_send_lock);
+	plown_destroy(c->c_own);
 	free(c);
 out_key:
 	if (key) {
@@ -1180,5 +1241,6 @@ void lkc_close(struct lkc *c)
 	pthread_cond_destroy(&c->c_timer_cond);
 	pthread_mutex_destroy(&c->c_lock);
 	pthread_mutex_destroy(&c->c_send_lock);
+	plown_destroy(c->c_own);
 	free(c);
 }

@@ -33,6 +33,8 @@ size_t plock_count(const struct pl_table *pt);
 uint8_t *ld_node_frame(struct lockd *d, struct ld_node *nd, uint16_t type, uint32_t seq,
 		       size_t plen);
 const char *ld_node_name(const struct ld_node *nd);
+/* nd's JOIN said PLOWN: it may be given the ownership of plock spaces. */
+int ld_node_plown(const struct ld_node *nd);
 void ld_log(struct lockd *d, int prio, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 
 #endif

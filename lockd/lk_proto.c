@@ -62,7 +62,7 @@ const char *lkp_type_name(unsigned type)
 		"?",	     "CHALLENGE", "JOIN",	   "JOIN_OK",	 "REFUSE",
 		"LOCK",	     "UNLOCK",	  "GRANT",	   "RESULT",	 "HEARTBEAT",
 		"HEARTBEAT_ACK", "BAST",	  "RECOVER", "RECOVERY_DONE", "LEAVE",
-		"PLOCK", "PLOCK_REPLY",
+		"PLOCK", "PLOCK_REPLY", "PLOCK_DROP",
 	};
 	return type < LKP_NTYPES ? names[type] : "unknown";
 }

@@ -37,6 +37,7 @@ enum lkp_type {
 	LKP_LEAVE = 14,		/* C->S: - ; answered by RESULT */
 	LKP_PLOCK = 15,		/* C->S: op, pflags, ino, owner, start, end, type, pid */
 	LKP_PLOCK_REPLY = 16,	/* S->C: errno, type, start, end, pid, rflags */
+	LKP_PLOCK_DROP = 17,	/* S->C: ino - give the ownership of ino's plocks back */
 	LKP_NTYPES
 };
 
@@ -53,6 +54,7 @@ enum lkp_type {
 #define LKP_RECOVERY_DONE_LEN 8
 #define LKP_PLOCK_LEN 48
 #define LKP_PLOCK_REPLY_LEN 32
+#define LKP_PLOCK_DROP_LEN 8
 
 #define LKP_CF_AUTH 0x1		/* CHALLENGE: JOIN must carry the HMAC */
 #define LKP_CF_PLOCK 0x2	/* CHALLENGE: this lockd serves PLOCK (posix and flock locks) */
@@ -60,14 +62,24 @@ enum lkp_type {
 #define LKP_JF_SELF_RECOVER 0x1 /* JOIN jflags: this node's mount replays its own journal
 				  * and sends RECOVERY_DONE for it (PROTOCOL.md) */
 #define LKP_JF_UUID 0x2		/* JOIN jflags: the filesystem's UUID follows the table */
+#define LKP_JF_PLOWN 0x4	/* JOIN jflags: this node can own plock spaces (PLOCK_REPLY OWN) */
 #define LKP_UUID_LEN 16
 #define LKP_LF_LVB 0x10000	/* LOCK/UNLOCK: the lvb field carries a value */
 #define LKP_LF_MASK (0x1 | 0x2 | LKP_LF_LVB) /* LKF_TRY | LKF_TRY_1CB | LKP_LF_LVB */
 
 /* PLOCK ops (docs/PROTOCOL.md "Posix and flock locks") */
-enum { LKP_PL_GET = 1, LKP_PL_SET = 2, LKP_PL_SETW = 3, LKP_PL_CLOSE = 4, LKP_PL_CANCEL = 5 };
+enum {
+	LKP_PL_GET = 1,
+	LKP_PL_SET = 2,
+	LKP_PL_SETW = 3,
+	LKP_PL_CLOSE = 4,
+	LKP_PL_CANCEL = 5,
+	LKP_PL_OWNLK = 6,  /* an owner giving its plock space back: one of its locks */
+	LKP_PL_OWNEND = 7, /* ... and that was all: the space is lockd's again */
+};
 #define LKP_PLF_FLOCK 0x1	/* PLOCK pflags: a flock lock (whole file), not a record lock */
 #define LKP_PLR_MINE 0x1	/* PLOCK_REPLY rflags: the lock GET reports is the asker's node's */
+#define LKP_PLR_OWN 0x2		/* PLOCK_REPLY rflags: the asker's node now owns the inode's plocks */
 
 static inline void lkp_put16(uint8_t *p, uint16_t v)
 {

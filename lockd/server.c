@@ -146,6 +146,7 @@ struct ld_node {
 	pid_t nd_fence_pid;	 /* FN_RUN: the command */
 	uint32_t nd_fence_tries; /* started so far */
 	uint64_t nd_fence_at;	 /* FN_RUN: its deadline; FN_WAIT: the next try */
+	int nd_plown;		 /* JOIN jflags PLOWN: it can own plock spaces */
 	struct ld_list nd_locks;
 	struct ld_list nd_link;	 /* ld_nodes */
 };
@@ -327,6 +328,11 @@ uint8_t *ld_node_frame(struct lockd *d, struct ld_node *nd, uint16_t type, uint3
 const char *ld_node_name(const struct ld_node *nd)
 {
 	return nd->nd_name;
+}
+
+int ld_node_plown(const struct ld_node *nd)
+{
+	return nd->nd_plown;
 }
 
 size_t lockd_plock_count(struct lockd *d)
@@ -996,7 +1002,7 @@ static void do_join(struct lockd *d, struct ld_conn *cn, const uint8_t *p, size_
 	}
 	if (LKP_JOIN_FIXED + nl + tl + ul != plen || !lkp_valid_name((const char *)p + 44, nl) ||
 	    !lkp_valid_table((const char *)p + 44 + nl, tl) ||
-	    (jflags & ~(LKP_JF_SELF_RECOVER | LKP_JF_UUID))) {
+	    (jflags & ~(LKP_JF_SELF_RECOVER | LKP_JF_UUID | LKP_JF_PLOWN))) {
 		ld_log(d, LOG_WARNING, "%s: malformed JOIN (bad name or table); closing", cn->cn_peer);
 		conn_close(d, cn, NULL);
 		return;
@@ -1112,6 +1118,7 @@ static void do_join(struct lockd *d, struct ld_conn *cn, const uint8_t *p, size_
 	nd->nd_state = ND_LIVE;
 	nd->nd_last_hb = d->ld_now;
 	nd->nd_conn = cn;
+	nd->nd_plown = !!(jflags & LKP_JF_PLOWN);
 	list_init(&nd->nd_locks);
 	list_add_tail(&nd->nd_link, &d->ld_nodes);
 	cn->cn_node = nd;

@@ -68,6 +68,9 @@ struct lkc_config {
 	 * lkc_recovery_done for it: it may come back under the name of a
 	 * node pending recovery (PROTOCOL.md, "A dead node coming back") */
 	int self_recover;
+	/* never own a plock space (PROTOCOL.md "Ownership"): every plock
+	 * request is a round trip to lockd; also $SHOAL_PLOCK_OWN=0 */
+	int plock_no_own;
 };
 
 struct lkc;
@@ -155,7 +158,8 @@ struct lk_plock {
  * 2026-12-05 does not, and would drop a node that sent it PLOCK). */
 int lkc_plock_supported(struct lkc *c);
 /*
- * One plock request, answered before returning: LK_PL_GET (*pl becomes the
+ * One plock request, answered before returning (without a round trip
+ * when this node owns the inode's plock space): LK_PL_GET (*pl becomes the
  * first lock of another owner in the way, pl_type LK_PL_UN if none),
  * LK_PL_SET (lock, convert or, with LK_PL_UN, unlock the range; -EAGAIN if
  * another owner is in the way), LK_PL_CLOSE (every lock of pl_owner on
@@ -167,8 +171,10 @@ int lkc_plock(struct lkc *c, int op, struct lk_plock *pl);
  * A blocking set (F_SETLKW): sends the request and returns 0 at once with
  * its sequence number in *seq; done(arg, err) is called exactly once, on
  * the client's receiver thread (or, when the connection goes down, on the
- * thread that noticed, with the client's lock held: done must not call
- * lkc_* functions other than lkc_plock_cancel): 0 granted, -EDEADLK,
+ * thread that noticed, with the client's lock held; or, when this node
+ * owns the inode's plock space and nothing is in the way, before
+ * lkc_plock_wait returns, on the caller's thread, with *seq 0: done must
+ * not call lkc_* functions other than lkc_plock_cancel): 0 granted, -EDEADLK,
  * -EINTR after lkc_plock_cancel, -ENOTCONN.  On a non-zero return done is
  * never called.
  */
@@ -181,6 +187,9 @@ int lkc_plock_cancel(struct lkc *c, uint64_t ino, uint32_t seq);
 
 struct lkc_stats {
 	uint64_t requests, grants, tries_failed, basts, rtt_ns_total, rtt_ns_max;
+	/* plock spaces this node owns now; plock requests answered without
+	 * lockd; spaces lockd gave it; spaces it gave back */
+	uint64_t plock_owned, plock_local, plock_grants, plock_gives;
 };
 void lkc_get_stats(struct lkc *c, struct lkc_stats *st);
 

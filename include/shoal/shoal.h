@@ -280,6 +280,13 @@ int shoal_plock(struct shoal_fs *fs, int op, struct lk_plock *pl);
 int shoal_plock_wait(struct shoal_fs *fs, const struct lk_plock *pl,
 		     void (*done)(void *arg, int err), void *arg, uint32_t *token);
 int shoal_plock_cancel(struct shoal_fs *fs, uint64_t ino, uint32_t token);
+/* This node's share of them (docs/CONTROL.md `stat`): requests answered
+ * without lockd, inodes whose plock space it owns now, spaces lockd gave
+ * it, spaces it gave back.  All 0 without a cluster lock manager. */
+struct shoal_plock_stats {
+	uint64_t local, owned, grants, gives;
+};
+void shoal_plock_stats(struct shoal_fs *fs, struct shoal_plock_stats *st);
 /* Create and open: takes a lookup reference and an open reference. */
 int shoal_create(struct shoal_fs *fs, const struct shoal_ctx *ctx, uint64_t parent,
 		 const char *name, mode_t mode, int flags, struct stat *st);

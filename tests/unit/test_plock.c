@@ -15,7 +15,14 @@
  *  - a node that leaves loses its locks; one that dies keeps them until
  *    RECOVERY_DONE of its journal, and its waiting requests go at once,
  *    also when it died silent with its socket still open (a raw node);
- *  - lockd keeps no state for an inode nobody locks (lockd_plock_count).
+ *  - lockd keeps no state for an inode nobody locks (lockd_plock_count);
+ *  - ownership: a node that left an inode with no lock owns its space and
+ *    locks, unlocks and tests there without a round trip (lkc_stats); a
+ *    request of another node makes it give its locks back first, and they
+ *    are seen, also by the deadlock check; a request of the owner that
+ *    would wait goes to lockd the same way; an owner that dies keeps
+ *    what it may hold until its journal is recovered; an idle space goes
+ *    back; a contended one is not given out again at once.
  */
 #include <errno.h>
 #include <pthread.h>
@@ -196,7 +203,9 @@ static size_t count_settled(struct lockd *d, size_t want)
 {
 	size_t n = 0;
 
-	for (int i = 0; i < 400; i++) {
+	/* an owned space goes back PLOWN_IDLE_NS after its last use, at the
+	 * next heartbeat answer (lease/4) */
+	for (int i = 0; i < 1200; i++) {
 		n = lockd_plock_count(d);
 		if (n == want)
 			break;
@@ -343,7 +352,7 @@ static void test_wait_cancel_deadlock(void **state)
 
 static void test_death(void **state)
 {
-	struct lockd *d = server_start(300);
+	struct lockd *d = server_start(1000);
 	struct tnode a, b;
 	struct wreq w1, w2;
 
@@ -358,7 +367,7 @@ static void test_death(void **state)
 	/* b goes as a node that died: its waits go, its locks stay */
 	lkc_withdraw(b.c, "test: dies");
 	assert_int_equal(wresult(&w1, 2000), -ENOTCONN);
-	for (int i = 0; i < 400; i++) {
+	for (int i = 0; i < 1200; i++) {
 		pthread_mutex_lock(&a.mu);
 		int n = a.nrec;
 		pthread_mutex_unlock(&a.mu);
@@ -448,7 +457,7 @@ static void raw_plock(int fd, uint32_t seq, int op, uint64_t ino, int type, uint
 
 static void test_silent_death(void **state)
 {
-	struct lockd *d = server_start(300);
+	struct lockd *d = server_start(1000);
 	uint8_t buf[LKP_MAX_FRAME];
 	struct tnode a;
 	int fd;
@@ -462,7 +471,7 @@ static void test_silent_death(void **state)
 	assert_int_equal(set(&a, 31, 1, LK_PL_WR, 0, 0), 0);
 	raw_plock(fd, 2, 3, 31, LK_PL_WR, 0, 0); /* SETW: waits for a */
 	/* v goes silent, its socket open: dead after its lease */
-	for (int i = 0; i < 400 && !a.nrec; i++)
+	for (int i = 0; i < 1200 && !a.nrec; i++)
 		sleep_ms(5);
 	assert_int_equal(a.nrec, 1);
 	/* its waiting request went with it: a's unlock grants nobody */
@@ -481,6 +490,153 @@ static void test_silent_death(void **state)
 	lockd_stop(d);
 }
 
+static struct lkc_stats stats(struct tnode *t)
+{
+	struct lkc_stats st;
+
+	lkc_get_stats(t->c, &st);
+	return st;
+}
+
+/* Make t the owner of ino's plock space (a lock and unlock of a space
+ * nobody locks: lockd gives it out with the unlock's answer). */
+static void own(struct tnode *t, uint64_t ino)
+{
+	uint64_t before = stats(t).plock_owned;
+
+	assert_int_equal(set(t, ino, 999, LK_PL_WR, 0, 0), 0);
+	assert_int_equal(set(t, ino, 999, LK_PL_UN, 0, 0), 0);
+	assert_int_equal(stats(t).plock_owned, before + 1);
+}
+
+static void test_ownership(void **state)
+{
+	struct lockd *d = server_start(8000);
+	struct tnode a, b;
+	struct lkc_stats s0, s1;
+	struct wreq w1, w2;
+
+	(void)state;
+	join(&a, "a");
+	join(&b, "b");
+	/* the first lock and unlock go to lockd; the unlock left nothing: a owns 50 */
+	assert_int_equal(set(&a, 50, 1, LK_PL_WR, 0, 0), 0);
+	assert_int_equal(set(&a, 50, 1, LK_PL_UN, 0, 0), 0);
+	s0 = stats(&a);
+	assert_int_equal(s0.plock_owned, 1);
+	assert_int_equal(s0.plock_grants, 1);
+	/* uncontended lock and unlock: no request reaches lockd */
+	for (int i = 0; i < 100; i++) {
+		assert_int_equal(set(&a, 50, 1, LK_PL_WR, 0, 0), 0);
+		assert_int_equal(set(&a, 50, 1, LK_PL_UN, 0, 0), 0);
+	}
+	s1 = stats(&a);
+	assert_int_equal(s1.requests, s0.requests);
+	assert_int_equal(s1.plock_local - s0.plock_local, 200);
+	/* the owner's own conflicts, tests and flock conversions, answered here */
+	assert_int_equal(set(&a, 50, 1, LK_PL_WR, 10, 19), 0);
+	assert_int_equal(set(&a, 50, 2, LK_PL_RD, 15, 15), -EAGAIN);
+	assert_string_equal(get(&a, 50, LK_PL_RD, 0, 100), "wr 10-19 100 mine");
+	assert_int_equal(flk(&a, 50, 7, LK_PL_WR), 0);
+	assert_int_equal(flk(&a, 50, 8, LK_PL_RD), -EAGAIN);
+	assert_int_equal(flk(&a, 50, 7, LK_PL_RD), 0);
+	assert_int_equal(stats(&a).requests, s0.requests);
+	/* b asks: a gives its locks back first, and b sees them */
+	assert_int_equal(set(&b, 50, 1, LK_PL_RD, 15, 15), -EAGAIN);
+	s1 = stats(&a);
+	assert_int_equal(s1.plock_owned, 0);
+	assert_int_equal(s1.plock_gives, 1);
+	assert_string_equal(get(&b, 50, LK_PL_RD, 0, 100), "wr 10-19 100");
+	assert_int_equal(flk(&b, 50, 9, LK_PL_WR), -EAGAIN);
+	assert_int_equal(flk(&b, 50, 9, LK_PL_RD), 0);
+	/* now lockd's: a's unlock grants b's wait */
+	setw(&b, &w1, 50, 1, LK_PL_WR, 12, 12);
+	assert_int_equal(wresult(&w1, 50), 1);
+	assert_int_equal(set(&a, 50, 1, LK_PL_UN, 0, END), 0);
+	assert_int_equal(wresult(&w1, 2000), 0);
+	/* contended a moment ago: emptied, it is not given out again at once */
+	assert_int_equal(closeo(&b, 50, 1), 0);
+	assert_int_equal(flk(&a, 50, 7, LK_PL_UN), 0);
+	assert_int_equal(flk(&b, 50, 9, LK_PL_UN), 0);
+	assert_int_equal(stats(&a).plock_owned, 0);
+	assert_int_equal(stats(&b).plock_owned, 0);
+
+	/* a request of the owner that would wait: the space goes back and
+	 * the wait is lockd's, granted when the range frees */
+	own(&a, 60);
+	assert_int_equal(set(&a, 60, 1, LK_PL_WR, 0, 9), 0);
+	setw(&a, &w1, 60, 2, LK_PL_WR, 5, 5);
+	assert_int_equal(wresult(&w1, 50), 1);
+	assert_int_equal(stats(&a).plock_owned, 0);
+	assert_string_equal(get(&b, 60, LK_PL_RD, 0, 100), "wr 0-9 100");
+	assert_int_equal(set(&a, 60, 1, LK_PL_UN, 0, 9), 0);
+	assert_int_equal(wresult(&w1, 2000), 0);
+	assert_int_equal(closeo(&a, 60, 2), 0);
+
+	/* a SETW on an owned space with nothing in the way: granted at once */
+	own(&a, 61);
+	setw(&a, &w1, 61, 1, LK_PL_WR, 0, 0);
+	assert_int_equal(wresult(&w1, 0), 0);
+	assert_int_equal(w1.wr_seq, 0);
+	assert_int_equal(lkc_plock_cancel(a.c, 61, w1.wr_seq), 0); /* nothing to cancel */
+	assert_string_equal(get(&b, 61, LK_PL_RD, 0, 0), "wr 0-0 0");
+
+	/* a deadlock through an owned space is seen: a:1 holds 62 (owned),
+	 * waits for 63 (b:1's); b:1 asks for 62 */
+	own(&a, 62);
+	assert_int_equal(set(&a, 62, 1, LK_PL_WR, 0, 0), 0);
+	assert_int_equal(set(&b, 63, 1, LK_PL_WR, 0, 0), 0);
+	setw(&a, &w1, 63, 1, LK_PL_WR, 0, 0);
+	assert_int_equal(wresult(&w1, 50), 1);
+	setw(&b, &w2, 62, 1, LK_PL_WR, 0, 0);
+	assert_int_equal(wresult(&w2, 2000), -EDEADLK);
+	assert_int_equal(closeo(&b, 63, 1), 0);
+	assert_int_equal(wresult(&w1, 2000), 0);
+	assert_int_equal(closeo(&a, 62, 1), 0);
+	assert_int_equal(closeo(&a, 63, 1), 0);
+	assert_int_equal(closeo(&a, 61, 1), 0);
+
+	/* an idle space goes back: lockd keeps nothing */
+	assert_int_equal(count_settled(d, 0), 0);
+	assert_int_equal(stats(&a).plock_owned, 0);
+	lkc_close(a.c);
+	lkc_close(b.c);
+	lockd_stop(d);
+}
+
+/* An owner that dies: what it may hold stays held until its journal is
+ * recovered, whoever asks. */
+static void test_owner_death(void **state)
+{
+	struct lockd *d = server_start(1000);
+	struct tnode a, b;
+	struct wreq w1, w2;
+
+	(void)state;
+	join(&a, "a");
+	join(&b, "b");
+	own(&a, 70);
+	assert_int_equal(set(&a, 70, 1, LK_PL_WR, 0, 0), 0); /* lockd never hears of it */
+	lkc_withdraw(a.c, "test: a dies"); /* its socket goes; lockd waits for its lease */
+	assert_int_equal(set(&b, 70, 1, LK_PL_RD, 5, 5), -EAGAIN); /* maybe a's */
+	setw(&b, &w1, 70, 1, LK_PL_WR, 0, 0);
+	setw(&b, &w2, 70, 2, LK_PL_RD, 9, 9);
+	for (int i = 0; i < 1200 && !b.nrec; i++)
+		sleep_ms(5);
+	assert_int_equal(b.nrec, 1);
+	assert_int_equal(wresult(&w1, 100), 1); /* dead, not yet recovered */
+	assert_int_equal(lkc_lock(b.c, 9, a.jid, LK_EX, 0, NULL, NULL), LK_EX);
+	assert_int_equal(lkc_recovery_done(b.c, a.jid), 0);
+	assert_int_equal(wresult(&w1, 2000), 0);
+	assert_int_equal(wresult(&w2, 2000), 0);
+	assert_int_equal(closeo(&b, 70, 1), 0);
+	assert_int_equal(closeo(&b, 70, 2), 0);
+	assert_int_equal(count_settled(d, 0), 0);
+	lkc_close(a.c);
+	lkc_close(b.c);
+	lockd_stop(d);
+}
+
 int main(void)
 {
 	const struct CMUnitTest tests[] = {
@@ -488,6 +644,8 @@ int main(void)
 		cmocka_unit_test_setup_teardown(test_wait_cancel_deadlock, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_death, setup, teardown),
 		cmocka_unit_test_setup_teardown(test_silent_death, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_ownership, setup, teardown),
+		cmocka_unit_test_setup_teardown(test_owner_death, setup, teardown),
 	};
 	return cmocka_run_group_tests(tests, NULL, NULL);
 }
