@@ -420,8 +420,9 @@ void inode_atime_drop(struct shoal_fs *fs, struct shoal_inode *ip)
 void inode_dirty(struct shoal_fs *fs, struct shoal_inode *ip, int dsync)
 {
 	/* never a dinode read under an older grant of its glock: that copy
-	 * may be older than what another node wrote home since */
-	assert(ip->i_gen == inode_gen(fs, ip));
+	 * may be older than what another node wrote home since (a single
+	 * node's copies are never old: it does not re-read them, inode_get) */
+	assert(!fs->fs_cluster || ip->i_gen == inode_gen(fs, ip));
 	trans_add(fs, ip->i_bh);
 	if (ip->i_atime_pending) {
 		/* the kept atime goes with this change (4); a change that sets
