@@ -19,7 +19,13 @@
  *      LD_ACCEPT_LOG_NS: the server neither spins nor floods its log;
  *  (5) a unix socket is created mode 0600 whatever the umask, and a TCP
  *      address other than loopback is refused without a secret unless
- *      --insecure was given.
+ *      --insecure was given;
+ *  (6) with a secret, from JOIN_OK on (cn_sealed, set by do_join) every
+ *      frame both ways is sealed (lk_crypto.h): queued frames are sealed in
+ *      order by conn_seal before any byte of them is sent (so the counter
+ *      follows the order on the wire), and a received frame that fails to
+ *      open closes the connection with one line naming the node; nothing
+ *      of it reaches conn_msg.
  */
 #include <arpa/inet.h>
 #include <errno.h>
@@ -43,14 +49,13 @@
 
 /* --- output --------------------------------------------------------------- */
 
-
 /* Room for n more bytes at the end of cn's output; NULL when cn must go. */
 static uint8_t *out_reserve(struct lockd *d, struct ld_conn *cn, size_t n)
 {
 	if (cn->cn_state == CN_CLOSED)
 		return NULL;
 	if (cn->cn_outoff && cn->cn_outoff == cn->cn_outlen)
-		cn->cn_outoff = cn->cn_outlen = 0;
+		cn->cn_outoff = cn->cn_outlen = cn->cn_sealoff = 0; /* sent, so sealed */
 	if (cn->cn_outlen + n > cn->cn_outcap) {
 		size_t cap = cn->cn_outcap ? cn->cn_outcap : 4096;
 		uint8_t *p;
@@ -58,6 +63,8 @@ static uint8_t *out_reserve(struct lockd *d, struct ld_conn *cn, size_t n)
 		if (cn->cn_outoff) {
 			memmove(cn->cn_out, cn->cn_out + cn->cn_outoff, cn->cn_outlen - cn->cn_outoff);
 			cn->cn_outlen -= cn->cn_outoff;
+			if (cn->cn_sealed) /* what was sent was sealed first */
+				cn->cn_sealoff -= cn->cn_outoff;
 			cn->cn_outoff = 0;
 		}
 		while (cap < cn->cn_outlen + n)
@@ -83,20 +90,43 @@ static uint8_t *out_reserve(struct lockd *d, struct ld_conn *cn, size_t n)
 	return cn->cn_out + cn->cn_outlen;
 }
 
-/* A frame of type with payload plen: the caller fills the payload. */
+/*
+ * A frame of type with payload plen: the caller fills the payload.  On a
+ * sealed connection the frame has room for its tag and is sealed in
+ * place by conn_seal, before it is sent (6).
+ */
 uint8_t *out_frame(struct lockd *d, struct ld_conn *cn, uint16_t type, uint32_t seq,
 			  size_t plen)
 {
-	uint8_t *p = out_reserve(d, cn, LKP_HDR + plen);
+	size_t tag = cn->cn_sealed ? LK_TAG_LEN : 0;
+	uint8_t *p = out_reserve(d, cn, LKP_HDR + plen + tag);
 
 	if (!p)
 		return NULL;
-	cn->cn_outlen += lkp_hdr(p, type, seq, plen);
+	cn->cn_outlen += lkp_hdr(p, type, seq, plen + tag);
 	return p + LKP_HDR;
+}
+
+/* Seal every frame queued since the last call (6); 0, or -EIO with cn closed. */
+static int conn_seal(struct lockd *d, struct ld_conn *cn)
+{
+	while (cn->cn_sealoff < cn->cn_outlen) {
+		uint8_t *f = cn->cn_out + cn->cn_sealoff;
+		size_t flen = 4 + lkp_get32(f);
+
+		if (lk_seal_frame(&cn->cn_sess, f, flen - LKP_HDR - LK_TAG_LEN) != flen) {
+			conn_close(d, cn, "cannot seal a frame (ChaCha20-Poly1305 in libcrypto failed)");
+			return -EIO;
+		}
+		cn->cn_sealoff += flen;
+	}
+	return 0;
 }
 
 void conn_flush(struct lockd *d, struct ld_conn *cn)
 {
+	if (cn->cn_sealed && conn_seal(d, cn))
+		return;
 	while (cn->cn_outoff < cn->cn_outlen) {
 		ssize_t n = send(cn->cn_fd, cn->cn_out + cn->cn_outoff, cn->cn_outlen - cn->cn_outoff,
 				 MSG_NOSIGNAL | MSG_DONTWAIT);
@@ -117,7 +147,7 @@ void conn_flush(struct lockd *d, struct ld_conn *cn)
 		}
 		cn->cn_outoff += (size_t)n;
 	}
-	cn->cn_outoff = cn->cn_outlen = 0;
+	cn->cn_outoff = cn->cn_outlen = cn->cn_sealoff = 0;
 	if (cn->cn_epout) {
 		struct epoll_event ev = { .events = EPOLLIN, .data.ptr = cn };
 		epoll_ctl(d->ld_epfd, EPOLL_CTL_MOD, cn->cn_fd, &ev);
@@ -194,7 +224,23 @@ void conn_read(struct lockd *d, struct ld_conn *cn)
 		}
 		if (cn->cn_inlen - off < 4 + len)
 			break;
-		conn_msg(d, cn, cn->cn_in + off, 4 + len);
+		if (cn->cn_sealed) {
+			/* (6): changed, replayed, reordered, forged or unsealed */
+			int plen = lk_open_frame(&cn->cn_sess, cn->cn_in + off, 4 + len);
+
+			if (plen < 0) {
+				char why[160];
+				snprintf(why, sizeof(why), "frame %llu (%u bytes) fails authentication "
+							  "(changed, replayed, reordered or forged on the "
+							  "way, or not sealed)",
+					 (unsigned long long)cn->cn_sess.ls_rxn, 4 + len);
+				conn_close(d, cn, why);
+				return;
+			}
+			conn_msg(d, cn, cn->cn_in + off, LKP_HDR + (size_t)plen);
+		} else {
+			conn_msg(d, cn, cn->cn_in + off, 4 + len);
+		}
 		off += 4 + len;
 	}
 	if (cn->cn_state == CN_CLOSED)
@@ -309,17 +355,19 @@ void conn_accept(struct lockd *d, struct ld_listener *li)
 			conn_close(d, cn, "epoll_ctl failed");
 			continue;
 		}
-		if (getrandom(cn->cn_nonce, LKP_NONCE, 0) != LKP_NONCE) {
+		if (getrandom(cn->cn_chal + 12, LKP_NONCE, 0) != LKP_NONCE) {
 			conn_close(d, cn, "getrandom failed");
 			continue;
 		}
+		/* kept: JOIN's MAC covers the CHALLENGE as the client saw it */
+		lkp_put32(cn->cn_chal, LKP_VERSION);
+		lkp_put32(cn->cn_chal + 4, (d->ld_secret ? LKP_CF_AUTH | LKP_CF_SEAL : 0) |
+						   LKP_CF_PLOCK);
+		lkp_put32(cn->cn_chal + 8, (uint32_t)(d->ld_lease_ns / NS_PER_MS));
 		p = out_frame(d, cn, LKP_CHALLENGE, 0, LKP_CHALLENGE_LEN);
 		if (!p)
 			continue;
-		lkp_put32(p, LKP_VERSION);
-		lkp_put32(p + 4, (d->ld_secret ? LKP_CF_AUTH : 0) | LKP_CF_PLOCK);
-		lkp_put32(p + 8, (uint32_t)(d->ld_lease_ns / NS_PER_MS));
-		memcpy(p + 12, cn->cn_nonce, LKP_NONCE);
+		memcpy(p, cn->cn_chal, LKP_CHALLENGE_LEN);
 		ld_log(d, LOG_DEBUG, "%s: connected", cn->cn_peer);
 	}
 }
@@ -340,6 +388,7 @@ void free_closed(struct lockd *d)
 	while (!list_empty(&d->ld_closed)) {
 		struct ld_conn *cn = container_of(d->ld_closed.next, struct ld_conn, cn_link);
 		list_del(&cn->cn_link);
+		lk_session_free(&cn->cn_sess);
 		free(cn->cn_out);
 		free(cn);
 	}

@@ -13,6 +13,7 @@
 #include <sys/socket.h>
 #include <sys/types.h>
 
+#include "lk_crypto.h"
 #include "lk_list.h"
 #include "lk_proto.h"
 #include "shoal/lockd.h"
@@ -75,7 +76,10 @@ struct ld_conn {
 	int cn_close_after_flush;
 	int cn_epout;		 /* EPOLLOUT armed */
 	char cn_peer[256];	 /* "peer ADDR pid P uid U node NAME": li_addr fits whole */
-	uint8_t cn_nonce[LKP_NONCE];
+	uint8_t cn_chal[LKP_CHALLENGE_LEN]; /* the CHALLENGE payload sent (its nonce at 12) */
+	int cn_sealed;		 /* from JOIN_OK on: every frame both ways is sealed */
+	struct lk_session cn_sess; /* keys and counters, with cn_sealed */
+	size_t cn_sealoff;	 /* cn_out: frames before this offset are sealed */
 	uint64_t cn_deadline;	 /* handshake deadline (CN_HELLO) */
 	struct ld_node *cn_node;
 	uint8_t cn_in[LD_INBUF];

@@ -788,6 +788,7 @@ static void do_join(struct lockd *d, struct ld_conn *cn, const uint8_t *p, size_
 	size_t nl = p[40], tl = p[41];
 	uint16_t jflags = lkp_get16(p + 42);
 	size_t ul = jflags & LKP_JF_UUID ? LKP_UUID_LEN : 0;
+	size_t cl = jflags & LKP_JF_SEAL ? LKP_NONCE : 0;
 	char name[LK_NAME_MAX + 1], table[LK_TABLE_MAX + 1];
 	struct ld_node *nd, *back;
 	struct ld_list *q, *t;
@@ -799,9 +800,9 @@ static void do_join(struct lockd *d, struct ld_conn *cn, const uint8_t *p, size_
 		       LKP_VERSION);
 		return;
 	}
-	if (LKP_JOIN_FIXED + nl + tl + ul != plen || !lkp_valid_name((const char *)p + 44, nl) ||
+	if (LKP_JOIN_FIXED + nl + tl + ul + cl != plen || !lkp_valid_name((const char *)p + 44, nl) ||
 	    !lkp_valid_table((const char *)p + 44 + nl, tl) ||
-	    (jflags & ~(LKP_JF_SELF_RECOVER | LKP_JF_UUID))) {
+	    (jflags & ~(LKP_JF_SELF_RECOVER | LKP_JF_UUID | LKP_JF_SEAL))) {
 		ld_log(d, LOG_WARNING, "%s: malformed JOIN (bad name or table); closing", cn->cn_peer);
 		conn_close(d, cn, NULL);
 		return;
@@ -812,16 +813,37 @@ static void do_join(struct lockd *d, struct ld_conn *cn, const uint8_t *p, size_
 	table[tl] = 0;
 	if (ul)
 		uuid = p + 44 + nl + tl;
+	if (d->ld_secret && !cl) {
+		refuse(d, cn, EPROTO, 0, "node %s: its client does not seal lock traffic (shoal "
+					 "before 2026-12-05): upgrade shoal on that node", name);
+		return;
+	}
+	if (!d->ld_secret && cl) {
+		refuse(d, cn, EPROTO, 0, "node %s: asks for sealed lock traffic, but this lockd "
+					 "has no secret", name);
+		return;
+	}
 	if (d->ld_secret) {
-		uint8_t want[LK_HMAC_LEN];
-		if (lk_hmac_sha256(d->ld_secret, d->ld_secretlen, cn->cn_nonce, LKP_NONCE, name, nl,
-				   want)) {
+		/* the MAC covers the CHALLENGE as the client saw it and the
+		 * whole JOIN (its own MAC field zeroed) */
+		uint8_t want[LK_HMAC_LEN], join[LKP_MAX_FRAME];
+
+		memcpy(join, p, plen);
+		memset(join + 8, 0, LK_HMAC_LEN);
+		if (lk_hmac_sha256(d->ld_secret, d->ld_secretlen, cn->cn_chal, LKP_CHALLENGE_LEN,
+				   join, plen, want)) {
 			refuse(d, cn, EIO, 1, "node %s: cannot check its secret (HMAC-SHA256 in "
 					      "libcrypto failed)", name);
 			return;
 		}
 		if (lk_memcmp_ct(want, mac, LK_HMAC_LEN)) {
 			refuse(d, cn, EACCES, 0, "node %s: authentication failed (bad secret)", name);
+			return;
+		}
+		if (lk_session_init(&cn->cn_sess, d->ld_secret, d->ld_secretlen, cn->cn_chal + 12,
+				    p + 44 + nl + tl + ul, name, nl, 1)) {
+			refuse(d, cn, EIO, 1, "node %s: cannot derive its session keys (HKDF-SHA256 "
+					      "in libcrypto failed)", name);
 			return;
 		}
 	}
@@ -925,6 +947,11 @@ static void do_join(struct lockd *d, struct ld_conn *cn, const uint8_t *p, size_
 	       back ? "; it is back from the dead and replays its own journal" : "");
 	snprintf(cn->cn_peer + strlen(cn->cn_peer), sizeof(cn->cn_peer) - strlen(cn->cn_peer),
 		 " node %s", name);
+	if (d->ld_secret) {
+		/* from JOIN_OK on, both ways: what was queued before goes plain */
+		cn->cn_sealed = 1;
+		cn->cn_sealoff = cn->cn_outlen;
+	}
 	o = out_frame(d, cn, LKP_JOIN_OK, 0, LKP_JOIN_OK_LEN);
 	if (!o)
 		return;
