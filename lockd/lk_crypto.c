@@ -2,9 +2,10 @@
  * lk_crypto.c - lockd's cryptography on OpenSSL's libcrypto, no code of
  * our own: HMAC-SHA256 and constant-time comparison for the handshake
  * (EVP_MAC "HMAC" with digest SHA256), HKDF-SHA256 session keys (EVP_KDF
- * "HKDF") and ChaCha20-Poly1305 sealed frames (EVP_chacha20_poly1305).  The bytes are those of RFC 2104 over
- * FIPS 180-4 SHA-256, so the wire protocol is unchanged (test_lockd's
- * test_hmac_vectors: RFC 4231 and a JOIN MAC).
+ * "HKDF") and ChaCha20-Poly1305 sealed frames (EVP_chacha20_poly1305).
+ * Checked against RFC 4231 (test_lockd's test_hmac_vectors) and against
+ * frames sealed by another implementation (test_lockd_seal's
+ * test_seal_vectors).
  *
  * Invariants:
  *  (1) the HMAC keeps nothing between calls: every call fetches, uses and
