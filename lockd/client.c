@@ -141,17 +141,14 @@ static int write_all(int fd, const uint8_t *buf, size_t len)
 }
 
 /*
- * Write one whole frame (invariant 2), preceded by the heartbeat the timer
- * thread left in c_hb_pend, if any, in the same write: a busy client's
- * heartbeats never wait for the send lock (invariant 3).  -ENOTCONN once
- * the socket is gone.
- */
-/*
  * Under c_send_lock: seal the heartbeat hb (if not 0) and the frames in
  * buf (len bytes of whole frames) in order (6), and write them, in one
  * write when they fit in 8 KiB (a batch of LKC_BATCH_MAX LOCKs does).
+ * A frame libcrypto cannot seal leaves the counters out of step with
+ * lockd's: the socket is shut (the receiver then goes DOWN) and the
+ * caller gets -ENOTCONN.
  */
-static int send_sealed(struct lkc *c, uint32_t hb, const uint8_t *buf, size_t len)
+static int send_sealed_frames(struct lkc *c, uint32_t hb, const uint8_t *buf, size_t len)
 {
 	uint8_t out[8192];
 	size_t n = 0, off = 0;
@@ -184,6 +181,21 @@ static int send_sealed(struct lkc *c, uint32_t hb, const uint8_t *buf, size_t le
 	return n ? write_all(c->c_fd, out, n) : 0;
 }
 
+static int send_sealed(struct lkc *c, uint32_t hb, const uint8_t *buf, size_t len)
+{
+	int rc = send_sealed_frames(c, hb, buf, len);
+
+	if (rc == -EIO)
+		shutdown(c->c_fd, SHUT_RDWR);
+	return rc == -EIO ? -ENOTCONN : rc;
+}
+
+/*
+ * Write one whole frame (invariant 2), preceded by the heartbeat the timer
+ * thread left in c_hb_pend, if any, in the same write: a busy client's
+ * heartbeats never wait for the send lock (invariant 3).  -ENOTCONN once
+ * the socket is gone.
+ */
 static int send_all(struct lkc *c, const uint8_t *buf, size_t len)
 {
 	uint8_t both[LKP_HDR + LKC_BATCH_MAX * (LKP_HDR + LKP_LOCK_LEN)];

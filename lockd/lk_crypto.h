@@ -39,7 +39,8 @@ struct lk_session {
 /*
  * Derive both directions' keys from the secret, the server's and the
  * client's nonces (LKP_NONCE bytes each) and the node name; server says
- * which side this is.  0, or -EIO when libcrypto fails (s is then empty).
+ * which side this is.  0, or -EIO when libcrypto fails, -EINVAL for an
+ * empty secret or a name over 64 bytes (s is then empty).
  */
 int lk_session_init(struct lk_session *s, const void *secret, size_t secretlen,
 		    const uint8_t *snonce, const uint8_t *cnonce, const char *name, size_t namelen,
