@@ -20,7 +20,7 @@
  *    with a plain JOIN_OK, or with one sealed under another secret): the
  *    client refuses it with a clear error;
  *  - the locks themselves with a secret: grant, BAST, LVB, batches,
- *    plocks and heartbeats across several leases, on Unix and TCP.
+ *    plocks and heartbeats past several fencing deadlines, on Unix and TCP.
  */
 #include <errno.h>
 #include <poll.h>
@@ -101,7 +101,7 @@ static struct lockd *srv;
 
 static struct lockd *server_start(const char *secret_file, const char *listen0)
 {
-	struct lockd_config cfg = { .lease_ms = 400, .secret_file = secret_file,
+	struct lockd_config cfg = { .lease_ms = 1000, .secret_file = secret_file,
 				    .listen = { listen0 ? listen0 : addr }, .nlisten = 1,
 				    .log = cap_log };
 	struct lockd *d;
@@ -809,7 +809,7 @@ static void test_wrong_secret(void **state)
 }
 
 /* Locks work with a secret: grants, BASTs, LVBs, batches, plocks, and
- * heartbeats over several leases (400 ms) without a fence; TCP too. */
+ * heartbeats past two fencing deadlines (lease 1 s) without a fence; TCP too. */
 static void test_locks_sealed(void **state)
 {
 	for (int tcp = 0; tcp < 2; tcp++) {
@@ -849,7 +849,8 @@ static void test_locks_sealed(void **state)
 		assert_int_equal(lkc_plock(nb.c, LK_PL_GET, &pl), 0);
 		assert_int_equal(pl.pl_type, LK_PL_WR);
 		assert_int_equal(pl.pl_pid, 42);
-		sleep_ms(1200); /* three leases: heartbeats and their ACKs are sealed too */
+		sleep_ms(1200); /* 4 heartbeats (lease/4), past 2 fencing deadlines (lease/2):
+				 * heartbeats and their ACKs are sealed too */
 		assert_int_equal(tnode_get(&na, &na.fenced), 0);
 		assert_int_equal(tnode_get(&nb, &nb.fenced), 0);
 		assert_int_equal(lkc_lock(nb.c, 2, 1000, LK_EX, LKF_TRY, NULL, NULL), -EAGAIN);
