@@ -16,6 +16,9 @@
  *                               alternate EX on one resource: each grant
  *                               costs a BAST and a release by the other node
  *
+ * lock and contend join with the secret file $SHOAL_LOCKBENCH_SECRET when it
+ * is set (lockd must have it too: every frame after JOIN is then sealed).
+ *
  * Output: "name value" lines: iterations, seconds, ops_s, lat_avg_us,
  * lat_p50_us, lat_p99_us (one iteration = lock + unlock, or one echo), and
  * for lock the client's own counters (requests, grants, basts).
@@ -69,7 +72,7 @@ static long warmup_of(long iters)
 static int run_lock(const char *addr, long iters)
 {
 	struct lkc_config cfg = { .addr = addr, .node = "lockbench", .table = "bench:lockbench",
-				  .njournals = 16 };
+				  .njournals = 16, .secret_file = getenv("SHOAL_LOCKBENCH_SECRET") };
 	struct lkc_stats st;
 	struct lkc *c;
 	uint32_t jid, lease;
@@ -166,7 +169,8 @@ static int run_contend(const char *addr, long iters)
 	pp_iters = iters;
 	for (int i = 0; i < 2; i++) {
 		struct lkc_config cfg = { .addr = addr, .node = name, .table = "bench:lockbench",
-					  .njournals = 16, .ops = &ops, .arg = &pn[i] };
+					  .njournals = 16, .ops = &ops, .arg = &pn[i],
+					  .secret_file = getenv("SHOAL_LOCKBENCH_SECRET") };
 		uint32_t jid, lease;
 
 		snprintf(name, sizeof(name), "pp%d", i);

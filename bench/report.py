@@ -340,7 +340,8 @@ def report_table(workload, vals, failed, rounds, fses):
 # --- lockd (begin) ------------------------------------------------------------
 # The "lockd" workload compares variants of one client, not two filesystems:
 # rows are (variant, metric), ratios are against the bare echo of the same run.
-LOCKD_VARIANTS = ("echo", "echo_poll", "lockd", "lockd_nospin", "contend")
+LOCKD_VARIANTS = ("echo", "echo_poll", "lockd", "lockd_nospin", "lockd_secret", "contend",
+                  "contend_secret")
 LOCKD_METRICS = [
     ("lat_p50_us", "lock+unlock (or echo) latency, median (us)", "%.1f"),
     ("lat_p99_us", "  p99 (us)", "%.1f"),
@@ -353,6 +354,8 @@ LOCKD_RATIOS = [
     ("lockd_nospin", "echo", "lat_p50_us", "median latency lockd_nospin / echo", None),
     ("lockd", "echo_poll", "lat_p50_us", "median latency lockd / echo_poll", None),
     ("lockd", "echo", "ops_s", "round trips/s lockd / echo", None),
+    ("lockd_secret", "lockd", "lat_p50_us", "median latency lockd_secret / lockd", ("<=", 1.2)),
+    ("contend_secret", "contend", "handoffs_s", "handoffs/s contend_secret / contend", None),
 ]
 
 
@@ -368,7 +371,7 @@ def report_lockd(vals, fails, rounds):
         first = True
         for v in LOCKD_VARIANTS:
             per = vals.get((v, metric), {})
-            primary = "handoffs_s" if v == "contend" else "lat_p50_us"
+            primary = "handoffs_s" if v.startswith("contend") else "lat_p50_us"
             if not per and (metric != primary or
                             not any((v, r) in failed for r in rounds)):
                 continue

@@ -1133,27 +1133,32 @@ run_workload() {
 #  (2) every variant of a round talks to that round's lockd or echo only.
 
 lockd_pid=
+lockd_spid=              # the round's second shoal-lockd, with --secret-file
 lockd_rounds=$((rounds < 3 ? 3 : rounds))
 if [ "$quick" = 1 ]; then lockd_iters=20000; else lockd_iters=100000; fi
 
 lockd_teardown() {
-	if [ -n "$lockd_pid" ]; then
-		kill "$lockd_pid" 2>/dev/null || true
-		wait "$lockd_pid" 2>/dev/null || true
-		lockd_pid=
-	fi
+	local p
+	for p in $lockd_pid $lockd_spid; do
+		kill "$p" 2>/dev/null || true
+		wait "$p" 2>/dev/null || true
+	done
+	lockd_pid=
+	lockd_spid=
 }
 
 # lockd_bench ROUND VARIANT: one lockbench run; its numbers as VARIANT.
 lockd_bench() {
-	local r=$1 v=$2 o=$work/lockbench.out sock=$work/lockd.sock
+	local r=$1 v=$2 o=$work/lockbench.out sock=$work/lockd.sock ssock=$work/lockd-s.sock
 	local -a cmd
 	case $v in
 	echo) cmd=("$bin/lockbench" echo "$lockd_iters") ;;
 	echo_poll) cmd=("$bin/lockbench" echo-poll "$lockd_iters") ;;
 	lockd) cmd=("$bin/lockbench" lock "unix:$sock" "$lockd_iters") ;;
 	lockd_nospin) cmd=(env SHOAL_LKC_SPIN_US=0 "$bin/lockbench" lock "unix:$sock" "$lockd_iters") ;;
+	lockd_secret) cmd=(env SHOAL_LOCKBENCH_SECRET="$work/lockd.secret" "$bin/lockbench" lock "unix:$ssock" "$lockd_iters") ;;
 	contend) cmd=("$bin/lockbench" contend "unix:$sock" $((lockd_iters / 10))) ;;
+	contend_secret) cmd=(env SHOAL_LOCKBENCH_SECRET="$work/lockd.secret" "$bin/lockbench" contend "unix:$ssock" $((lockd_iters / 10))) ;;
 	esac
 	if ! timeout -k 10 "$prog_timeout" "${cmd[@]}" >"$o" 2>"$o.err"; then
 		fail "$v" "$r" "lockbench ${cmd[*]##*/}: $(tail -n 5 "$o.err")"
@@ -1166,7 +1171,7 @@ lockd_bench() {
 }
 
 run_lockd() {
-	local r v sock=$work/lockd.sock
+	local r v sock=$work/lockd.sock ssock=$work/lockd-s.sock
 	cur_raw=$work/lockd.raw
 	cur_out=$results/$stamp-lockd.txt
 	: >"$cur_raw"
@@ -1174,8 +1179,8 @@ run_lockd() {
 	printf 'rounds\t%s\n' "$lockd_rounds" >>"$cur_raw"
 	meta workload "lockd - one node (bench/lockbench.c) takes EX on one resource and releases it, $lockd_iters times per round after a warm-up; one lock+unlock = lkc_lock (a round trip to shoal-lockd over a Unix socket) + lkc_unlock (sent, not answered)"
 	meta "baseline" "echo = a bare Unix-socket echo with the same message sizes (64-byte write, 52-byte blocking read, forked echo server), same run; echo_poll = the same with the client polling recv(MSG_DONTWAIT) for the reply"
-	meta "variants" "lockd = the client as shipped (polls for its reply up to 50 us, then sleeps); lockd_nospin = SHOAL_LKC_SPIN_US=0 (always sleeps on a condition variable); contend = two nodes alternating EX on one resource through BASTs (handoffs/s)"
-	meta "target" "lock+unlock median latency lockd/echo <= 1.5x"
+	meta "variants" "lockd = the client as shipped (polls for its reply up to 50 us, then sleeps); lockd_nospin = SHOAL_LKC_SPIN_US=0 (always sleeps on a condition variable); lockd_secret = lockd against a second shoal-lockd started with --secret-file, the client with the same secret: every frame after JOIN sealed (ChaCha20-Poly1305); contend = two nodes alternating EX on one resource through BASTs (handoffs/s); contend_secret = the same with the secret"
+	meta "target" "lock+unlock median latency lockd/echo <= 1.5x; lockd_secret/lockd <= 1.2x"
 	meta "rounds" "$lockd_rounds; one shoal-lockd per round; the order of the variants rotates per round"
 	meta "host" "$(uname -r), $(nproc) CPUs; load average at start $(cut -d' ' -f1-3 /proc/loadavg)"
 	meta "shoal" "$shoal_rev"
@@ -1184,14 +1189,18 @@ run_lockd() {
 		fail lockd 1 "build of shoal-lockd/lockbench failed: $(tail -n 5 "$work/lockd-build.out")"
 	else
 		cp "$build/shoal-lockd" "$build/lockbench" "$bin/"
-		local variants=(echo echo_poll lockd lockd_nospin)
+		(umask 077 && echo "lockbench secret $stamp" >"$work/lockd.secret")
+		local variants=(echo echo_poll lockd lockd_nospin lockd_secret)
 		for r in $(seq "$lockd_rounds"); do
-			rm -f "$sock"
+			rm -f "$sock" "$ssock"
 			"$bin/shoal-lockd" -f --listen "unix:$sock" 2>"$work/lockd.log" &
 			lockd_pid=$!
-			for _ in $(seq 100); do [ -S "$sock" ] && break; sleep 0.05; done
-			if [ ! -S "$sock" ]; then
-				fail lockd "$r" "shoal-lockd did not start: $(tail -n 5 "$work/lockd.log")"
+			"$bin/shoal-lockd" -f --listen "unix:$ssock" --secret-file "$work/lockd.secret" \
+				2>"$work/lockd-s.log" &
+			lockd_spid=$!
+			for _ in $(seq 100); do [ -S "$sock" ] && [ -S "$ssock" ] && break; sleep 0.05; done
+			if [ ! -S "$sock" ] || [ ! -S "$ssock" ]; then
+				fail lockd "$r" "shoal-lockd did not start: $(tail -n 5 "$work/lockd.log" "$work/lockd-s.log")"
 				lockd_teardown
 				continue
 			fi
@@ -1201,6 +1210,7 @@ run_lockd() {
 				lockd_bench "$r" "$v" || true
 			done
 			lockd_bench "$r" contend || true
+			lockd_bench "$r" contend_secret || true
 			lockd_teardown
 			say "  round $r: $(for v in "${variants[@]}"; do
 				printf '%s p50 %sus  ' "$v" "$(awk -v f=lat_p50_us -v v="$v" -v r="$r" -F'\t' '$1 == "val" && $2 == v && $3 == r && $4 == f { print $5 }' "$cur_raw")"

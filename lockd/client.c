@@ -24,7 +24,12 @@
  *      heartbeat, the CLOCK_BOOTTIME time until which the node may write:
  *      that heartbeat's send time + lease/2 (the fencing deadline of (3),
  *      on a clock that also counts while the process is stopped or the
- *      machine suspended); it never moves back.
+ *      machine suspended); it never moves back;
+ *  (6) with a secret, the node joins only a lockd that proves it knows the
+ *      secret (its JOIN_OK opens with the session keys), and every frame
+ *      after that is sealed: frames are sealed under c_send_lock in the
+ *      order they are written (the counter is the nonce), and a frame from
+ *      lockd that fails to open takes the connection DOWN (a fence).
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -35,6 +40,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
@@ -111,6 +117,8 @@ struct lkc {
 	uint64_t c_spin_ns;	     /* how long it polls: $SHOAL_LKC_SPIN_US, default 50 */
 	int c_plock;		     /* lockd serves PLOCK (CHALLENGE cflags), set before UP */
 	struct plown *c_own;	     /* the plock spaces this node owns; NULL: it owns none */
+	int c_sealed;		     /* with a secret: every frame after JOIN is sealed (6) */
+	struct lk_session c_sess;    /* ls_tx under c_send_lock, ls_rx: the receiver's */
 };
 
 static void timespec_at(struct timespec *ts, uint64_t mono_ns)
@@ -135,6 +143,56 @@ static int write_all(int fd, const uint8_t *buf, size_t len)
 }
 
 /*
+ * Under c_send_lock: seal the heartbeat hb (if not 0) and the frames in
+ * buf (len bytes of whole frames) in order (6), and write them, in one
+ * write when they fit in 8 KiB (a batch of LKC_BATCH_MAX LOCKs does).
+ * A frame libcrypto cannot seal leaves the counters out of step with
+ * lockd's: the socket is shut (the receiver then goes DOWN) and the
+ * caller gets -ENOTCONN.
+ */
+static int send_sealed_frames(struct lkc *c, uint32_t hb, const uint8_t *buf, size_t len)
+{
+	uint8_t out[8192];
+	size_t n = 0, off = 0;
+	int rc;
+
+	if (hb) {
+		lkp_hdr(out, LKP_HEARTBEAT, hb, 0);
+		n = lk_seal_frame(&c->c_sess, out, 0);
+		if (!n)
+			return -EIO;
+	}
+	while (off + 4 <= len) {
+		size_t flen = 4 + lkp_get32(buf + off), sl;
+
+		if (flen < LKP_HDR || off + flen > len || flen + LK_TAG_LEN > sizeof(out))
+			return -EINVAL; /* our own frames: cannot happen */
+		if (n + flen + LK_TAG_LEN > sizeof(out)) {
+			rc = write_all(c->c_fd, out, n);
+			if (rc)
+				return rc;
+			n = 0;
+		}
+		memcpy(out + n, buf + off, flen);
+		sl = lk_seal_frame(&c->c_sess, out + n, flen - LKP_HDR);
+		if (!sl)
+			return -EIO;
+		n += sl;
+		off += flen;
+	}
+	return n ? write_all(c->c_fd, out, n) : 0;
+}
+
+static int send_sealed(struct lkc *c, uint32_t hb, const uint8_t *buf, size_t len)
+{
+	int rc = send_sealed_frames(c, hb, buf, len);
+
+	if (rc == -EIO)
+		shutdown(c->c_fd, SHUT_RDWR);
+	return rc == -EIO ? -ENOTCONN : rc;
+}
+
+/*
  * Write one whole frame (invariant 2), preceded by the heartbeat the timer
  * thread left in c_hb_pend, if any, in the same write: a busy client's
  * heartbeats never wait for the send lock (invariant 3).  -ENOTCONN once
@@ -148,7 +206,9 @@ static int send_all(struct lkc *c, const uint8_t *buf, size_t len)
 
 	pthread_mutex_lock(&c->c_send_lock);
 	hb = __atomic_exchange_n(&c->c_hb_pend, 0, __ATOMIC_ACQ_REL);
-	if (hb && len <= sizeof(both) - LKP_HDR) {
+	if (c->c_sealed) {
+		rc = send_sealed(c, hb, buf, len);
+	} else if (hb && len <= sizeof(both) - LKP_HDR) {
 		lkp_hdr(both, LKP_HEARTBEAT, hb, 0);
 		memcpy(both + LKP_HDR, buf, len);
 		rc = write_all(c->c_fd, both, LKP_HDR + len);
@@ -716,7 +776,18 @@ static void *rx_thread(void *arg)
 			}
 			if (have - off < 4 + len)
 				break;
-			if (rx_frame(c, buf + off, 4 + len)) {
+			if (c->c_sealed) {
+				int plen = lk_open_frame(&c->c_sess, buf + off, 4 + len);
+
+				if (plen < 0) {
+					snprintf(why, sizeof(why), "a frame from lockd fails authentication "
+								   "(changed, replayed, reordered or forged "
+								   "on the way, or not sealed)");
+					goto out;
+				}
+				lkp_put32(buf + off, (uint32_t)(LKP_HDR - 4 + (size_t)plen));
+			}
+			if (rx_frame(c, buf + off, 4 + (size_t)lkp_get32(buf + off))) {
 				snprintf(why, sizeof(why), "lockd sent a malformed %s",
 					 lkp_type_name(lkp_get16(buf + off + 4)));
 				goto out;
@@ -752,18 +823,24 @@ static void send_heartbeat(struct lkc *c, uint32_t seq, uint64_t fence_at)
 		if (!pthread_mutex_trylock(&c->c_send_lock)) {
 			uint32_t hb = __atomic_exchange_n(&c->c_hb_pend, 0, __ATOMIC_ACQ_REL);
 			if (hb) {
-				uint8_t f[LKP_HDR];
-				ssize_t n;
+				uint8_t f[LKP_HDR + LK_TAG_LEN];
+				size_t fl = lkp_hdr(f, LKP_HEARTBEAT, hb, 0);
+				ssize_t n = -1;
 
-				lkp_hdr(f, LKP_HEARTBEAT, hb, 0);
+				if (c->c_sealed)
+					fl = lk_seal_frame(&c->c_sess, f, 0);
 				/* never block here: the timer thread must be free to fence */
 				do
-					n = send(c->c_fd, f, sizeof(f), MSG_NOSIGNAL | MSG_DONTWAIT);
+					n = fl ? send(c->c_fd, f, fl, MSG_NOSIGNAL | MSG_DONTWAIT) : -1;
 				while (n < 0 && errno == EINTR);
-				if (n > 0 && n < (ssize_t)sizeof(f))
-					write_all(c->c_fd, f + n, sizeof(f) - (size_t)n); /* finish the frame */
-				else if (n < 0 && errno == EAGAIN)
+				if (n > 0 && n < (ssize_t)fl) {
+					write_all(c->c_fd, f + n, fl - (size_t)n); /* finish the frame */
+				} else if (n < 0 && fl && errno == EAGAIN) {
+					/* not sent: the next sealed frame takes its number (6) */
+					if (c->c_sealed)
+						c->c_sess.ls_txn--;
 					__atomic_store_n(&c->c_hb_pend, hb, __ATOMIC_RELEASE);
+				}
 			}
 			pthread_mutex_unlock(&c->c_send_lock);
 			if (__atomic_load_n(&c->c_hb_pend, __ATOMIC_ACQUIRE) != seq)
@@ -937,6 +1014,7 @@ static int handshake(struct lkc *c, const struct lkp_addr *la, const struct lkc_
 	uint8_t buf[LKP_MAX_FRAME], *p = buf + LKP_HDR;
 	size_t plen = 0, nl = strlen(cfg->node), tl = strlen(cfg->table), len;
 	uint64_t deadline = lkp_now_ns() + LKC_HANDSHAKE_MS * NS_PER_MS;
+	uint8_t chal[LKP_CHALLENGE_LEN];
 	uint32_t cflags;
 	int fd, type, rc;
 
@@ -982,33 +1060,52 @@ static int handshake(struct lkc *c, const struct lkp_addr *la, const struct lkc_
 				      "the secret: not joining a lockd that anyone can join");
 		goto out_close;
 	}
-	/* build the JOIN over the CHALLENGE, keeping its nonce */
+	if (key && !(cflags & LKP_CF_SEAL)) {
+		rc = -EPROTO;
+		snprintf(err, errlen, "lockd does not seal lock traffic (shoal-lockd before "
+				      "2026-12-05?): upgrade it; not joining without sealed traffic");
+		goto out_close;
+	}
+	memcpy(chal, p, LKP_CHALLENGE_LEN);
+	/* build the JOIN over the CHALLENGE (kept in chal) */
 	{
-		uint8_t nonce[LKP_NONCE], *q = buf + LKP_HDR;
-		memcpy(nonce, p + 12, LKP_NONCE);
-		size_t ul = cfg->uuid ? LKP_UUID_LEN : 0;
-		len = lkp_hdr(buf, LKP_JOIN, 0, LKP_JOIN_FIXED + nl + tl + ul);
+		uint8_t *q = buf + LKP_HDR;
+		size_t ul = cfg->uuid ? LKP_UUID_LEN : 0, cl = key ? LKP_NONCE : 0;
+
+		len = lkp_hdr(buf, LKP_JOIN, 0, LKP_JOIN_FIXED + nl + tl + ul + cl);
 		lkp_put32(q, LKP_VERSION);
 		lkp_put32(q + 4, cfg->njournals);
-		if (key && (cflags & LKP_CF_AUTH)) {
-			rc = lk_hmac_sha256(key, keylen, nonce, LKP_NONCE, cfg->node, nl, q + 8);
-			if (rc) {
-				snprintf(err, errlen, "HMAC-SHA256 of the JOIN (libcrypto): %s",
-					 strerror(-rc));
-				goto out_close;
-			}
-		} else {
-			memset(q + 8, 0, LK_HMAC_LEN);
-		}
+		memset(q + 8, 0, LK_HMAC_LEN);
 		q[40] = (uint8_t)nl;
 		q[41] = (uint8_t)tl;
 		lkp_put16(q + 42, (uint16_t)((cfg->self_recover ? LKP_JF_SELF_RECOVER : 0) |
-					     (cfg->uuid ? LKP_JF_UUID : 0) |
+					     (cfg->uuid ? LKP_JF_UUID : 0) | (key ? LKP_JF_SEAL : 0) |
 					     (c->c_own ? LKP_JF_PLOWN : 0)));
 		memcpy(q + 44, cfg->node, nl);
 		memcpy(q + 44 + nl, cfg->table, tl);
 		if (ul)
 			memcpy(q + 44 + nl + tl, cfg->uuid, ul);
+		if (key) {
+			/* our nonce, then the MAC over the CHALLENGE and the whole
+			 * JOIN, then the session keys (docs/PROTOCOL.md) */
+			uint8_t *cnonce = q + 44 + nl + tl + ul;
+
+			if (getrandom(cnonce, LKP_NONCE, 0) != LKP_NONCE) {
+				rc = -EIO;
+				snprintf(err, errlen, "getrandom: %s", strerror(errno));
+				goto out_close;
+			}
+			rc = lk_hmac_sha256(key, keylen, chal, LKP_CHALLENGE_LEN, q, len - LKP_HDR,
+					    q + 8);
+			if (!rc)
+				rc = lk_session_init(&c->c_sess, key, keylen, chal + 12, cnonce,
+						     cfg->node, nl, 0);
+			if (rc) {
+				snprintf(err, errlen, "HMAC-SHA256 or HKDF-SHA256 of the JOIN "
+						      "(libcrypto): %s", strerror(-rc));
+				goto out_close;
+			}
+		}
 	}
 	c->c_fd = fd;
 	c->c_hb_ok = c->c_hb_sent = lkp_now_ns(); /* JOIN counts as the first heartbeat */
@@ -1022,6 +1119,25 @@ static int handshake(struct lkc *c, const struct lkp_addr *la, const struct lkc_
 	if (type < 0) {
 		rc = type;
 		snprintf(err, errlen, "no answer to JOIN: %s", strerror(-rc));
+		goto out_close;
+	}
+	if (key && type == LKP_JOIN_OK && lkp_get16(buf + 6) == LKP_HF_SEALED) {
+		/* (6): only a lockd that knows the secret can seal it */
+		int ol = lk_open_frame(&c->c_sess, buf, LKP_HDR + plen);
+
+		if (ol < 0) {
+			rc = -EACCES;
+			snprintf(err, errlen, "lockd's JOIN_OK does not open with this node's secret: "
+					      "that lockd does not know the secret (or the reply was "
+					      "changed on the way); not joining");
+			goto out_close;
+		}
+		plen = (size_t)ol;
+	} else if (key && type != LKP_REFUSE) {
+		rc = -EACCES;
+		snprintf(err, errlen, "lockd answered JOIN with an unsealed %s: it does not know "
+				      "the secret (or the reply was forged on the way); not joining",
+			 lkp_type_name((unsigned)type));
 		goto out_close;
 	}
 	if (type == LKP_REFUSE && plen >= LKP_REFUSE_FIXED && LKP_REFUSE_FIXED + (size_t)lkp_get16(p + 8) == plen) {
@@ -1053,10 +1169,13 @@ static int handshake(struct lkc *c, const struct lkp_addr *la, const struct lkc_
 		snprintf(err, errlen, "lockd granted a lease of %u ms", *lease_ms);
 		goto out_close;
 	}
+	c->c_sealed = !!key;
 	return fd;
 out_close:
 	close(fd);
 	c->c_fd = -1;
+	lk_session_free(&c->c_sess);
+	memset(&c->c_sess, 0, sizeof(c->c_sess));
 	return rc;
 }
 
@@ -1190,6 +1309,7 @@ out_err:
 		pthread_join(c->c_rx, NULL);
 	if (c->c_fd >= 0)
 		close(c->c_fd);
+	lk_session_free(&c->c_sess);
 	pthread_cond_destroy(&c->c_timer_cond);
 	pthread_mutex_destroy(&c->c_lock);
 	pthread_mutex_destroy(&c->c_send_lock);
@@ -1238,6 +1358,7 @@ void lkc_close(struct lkc *c)
 	if (c->c_timer_started)
 		pthread_join(c->c_timer, NULL);
 	close(c->c_fd);
+	lk_session_free(&c->c_sess);
 	pthread_cond_destroy(&c->c_timer_cond);
 	pthread_mutex_destroy(&c->c_lock);
 	pthread_mutex_destroy(&c->c_send_lock);

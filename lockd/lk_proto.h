@@ -4,7 +4,8 @@
  * server share (addresses, secrets, names, the mode matrix).
  *
  * Every frame is: u32 len (bytes after this field), u16 type, u16 hflags
- * (0), u32 seq, then the payload of that type.  len is at least 8 and at
+ * (0, or LKP_HF_SEALED on a sealed connection), u32 seq, then the payload
+ * of that type (and, sealed, a 16-byte tag).  len is at least 8 and at
  * most LKP_MAX_FRAME - 4.
  */
 #ifndef SHOAL_LK_PROTO_H
@@ -58,11 +59,14 @@ enum lkp_type {
 
 #define LKP_CF_AUTH 0x1		/* CHALLENGE: JOIN must carry the HMAC */
 #define LKP_CF_PLOCK 0x2	/* CHALLENGE: this lockd serves PLOCK (posix and flock locks) */
+#define LKP_CF_SEAL 0x4		/* CHALLENGE (with AUTH): every frame after JOIN is sealed */
 #define LKP_RF_RETRY 0x1	/* REFUSE: try again later */
 #define LKP_JF_SELF_RECOVER 0x1 /* JOIN jflags: this node's mount replays its own journal
 				  * and sends RECOVERY_DONE for it (PROTOCOL.md) */
 #define LKP_JF_UUID 0x2		/* JOIN jflags: the filesystem's UUID follows the table */
-#define LKP_JF_PLOWN 0x4	/* JOIN jflags: this node can own plock spaces (PLOCK_REPLY OWN) */
+#define LKP_JF_SEAL 0x4		/* JOIN jflags: the client's nonce follows; sealed from JOIN_OK on */
+#define LKP_HF_SEALED 0x1	/* frame hflags: the payload is encrypted, a tag follows it */
+#define LKP_JF_PLOWN 0x8	/* JOIN jflags: this node can own plock spaces (PLOCK_REPLY OWN) */
 #define LKP_UUID_LEN 16
 #define LKP_LF_LVB 0x10000	/* LOCK/UNLOCK: the lvb field carries a value */
 #define LKP_LF_MASK (0x1 | 0x2 | LKP_LF_LVB) /* LKF_TRY | LKF_TRY_1CB | LKP_LF_LVB */

@@ -2,7 +2,8 @@
  * server.c - shoal-lockd's core: one epoll loop serving every connection,
  * the membership (nodes, journal ids, leases, recovery) and the lock table
  * (resources with grant, convert and wait queues).  docs/PROTOCOL.md is the
- * contract; this file implements it.
+ * contract; this file implements it, with conn.c (listeners, connections,
+ * frame input and output; lk_srv.h holds the objects both share).
  *
  * Objects: a connection (struct ld_conn) is a socket; after a JOIN it is
  * bound to a node (struct ld_node), which outlives it until LEAVE, or until
@@ -95,120 +96,9 @@
 #include "lk_plock.h"
 #include "lk_proto.h"
 #include "lk_server.h"
+#include "lk_srv.h"
 #include "lk_crypto.h"
 #include "shoal/lockd.h"
-
-#define GL_JOURNAL_TYPE 9	   /* journal locks: released at death */
-#define GL_NONDISK_TYPE 1	   /* with number GL_MOUNT_NUMBER: the mount lock, */
-#define GL_MOUNT_NUMBER 1	   /* also released at death (core/lock.h) */
-#define LD_INBUF (2 * LKP_MAX_FRAME)
-#define LD_OUTMAX (16u << 20)	   /* a peer that lets this much pile up is dropped */
-#define LD_HIST_MAX 1024	   /* remembered name -> jid pairs */
-#define NS_PER_MS 1000000ull
-#define LD_ACCEPT_PAUSE_NS (100 * NS_PER_MS) /* after an accept error (EMFILE...) */
-#define LD_ACCEPT_LOG_NS (10000 * NS_PER_MS) /* at most one accept error line per 10 s */
-
-enum { ND_LIVE, ND_DEAD };
-/* nd_fence of a DEAD node, with --fence-cmd (9) */
-enum { FN_DONE, FN_RUN, FN_WAIT, FN_FAILED };
-enum { CN_HELLO, CN_JOINED, CN_CLOSED };
-
-struct ld_res {
-	uint32_t rs_type;
-	uint64_t rs_number;
-	uint8_t rs_lvb[LK_LVB_LEN];
-	int rs_lvb_invalid;
-	struct ld_list rs_granted; /* ld_lock.lk_glink */
-	struct ld_list rs_convert; /* ld_lock.lk_qlink */
-	struct ld_list rs_wait;	   /* ld_lock.lk_qlink */
-	struct ld_res *rs_hnext;
-};
-
-struct ld_lock {
-	struct ld_res *lk_res;
-	struct ld_node *lk_node;
-	int lk_gr;		 /* granted mode, -1: none yet */
-	int lk_rq;		 /* requested mode, -1: no request in flight */
-	uint32_t lk_seq;	 /* of the request in flight */
-	uint32_t lk_bast_sent;	 /* bit m: BAST(m) sent since lk_gr last changed */
-	struct ld_list lk_glink; /* rs_granted, when lk_gr >= 0 */
-	struct ld_list lk_qlink; /* rs_convert or rs_wait, when lk_rq >= 0 */
-	struct ld_list lk_nlink; /* nd_locks */
-};
-
-struct ld_node {
-	char nd_name[LK_NAME_MAX + 1];
-	uint32_t nd_jid;
-	int nd_state;
-	uint64_t nd_last_hb;	 /* ns, receipt of the last heartbeat (or JOIN) */
-	struct ld_conn *nd_conn; /* NULL once the socket is gone */
-	int nd_fence;		 /* FN_*: FN_DONE unless DEAD with a fence command */
-	pid_t nd_fence_pid;	 /* FN_RUN: the command */
-	uint32_t nd_fence_tries; /* started so far */
-	uint64_t nd_fence_at;	 /* FN_RUN: its deadline; FN_WAIT: the next try */
-	int nd_plown;		 /* JOIN jflags PLOWN: it can own plock spaces */
-	struct ld_list nd_locks;
-	struct ld_list nd_link;	 /* ld_nodes */
-};
-
-struct ld_conn {
-	int cn_fd;
-	int cn_state;
-	int cn_close_after_flush;
-	int cn_epout;		 /* EPOLLOUT armed */
-	char cn_peer[128];
-	uint8_t cn_nonce[LKP_NONCE];
-	uint64_t cn_deadline;	 /* handshake deadline (CN_HELLO) */
-	struct ld_node *cn_node;
-	uint8_t cn_in[LD_INBUF];
-	uint32_t cn_inlen;
-	uint8_t *cn_out;
-	size_t cn_outoff, cn_outlen, cn_outcap;
-	int cn_dirty;
-	struct ld_list cn_dlink; /* ld_dirty */
-	struct ld_list cn_link;	 /* ld_conns or ld_closed */
-};
-
-struct ld_hist {
-	char hs_name[LK_NAME_MAX + 1];
-	uint32_t hs_jid;
-	struct ld_list hs_link;
-};
-
-struct ld_listener {
-	int li_fd;
-	int li_unix;
-	char li_addr[128];
-	char li_path[108];
-	uint64_t li_resume;	 /* ns; accepting paused until then (0: not paused) */
-	uint64_t li_next_log;	 /* ns; an accept error before then is only counted */
-	uint32_t li_unlogged;	 /* accept errors not logged since the last line */
-};
-
-struct lockd {
-	struct lockd_config ld_cfg;
-	char *ld_fence_cmd;	 /* ld_cfg.fence_cmd: lockd's copy */
-	uint8_t *ld_secret;
-	size_t ld_secretlen;
-	char ld_table[LK_TABLE_MAX + 1];
-	uint32_t ld_njournals;	 /* the table's disk's, from its first JOIN; 0: none yet */
-	uint8_t ld_uuid[LKP_UUID_LEN]; /* the table's filesystem, from its first JOIN with one */
-	int ld_uuid_set;
-	uint64_t ld_lease_ns, ld_hs_ns;
-	int ld_epfd, ld_wakefd;
-	struct ld_listener ld_lis[8];
-	int ld_nlis;
-	struct ld_list ld_conns, ld_closed, ld_dirty, ld_nodes, ld_hist;
-	int ld_nhist;
-	struct ld_res **ld_hash;
-	size_t ld_hmask, ld_nres;
-	struct pl_table *ld_plock; /* the plock lock space (plock.c) */
-	uint64_t ld_next_check;
-	pthread_t ld_thread;
-	int ld_threaded;
-	int ld_stop;		 /* atomic: set by lockd_wake_stop */
-	uint64_t ld_now;
-};
 
 /* --- logging -------------------------------------------------------------- */
 
@@ -230,92 +120,6 @@ void ld_log(struct lockd *d, int prio, const char *fmt, ...)
 		fprintf(stderr, "shoal-lockd: %s\n", line);
 }
 
-/* --- output --------------------------------------------------------------- */
-
-static void conn_close(struct lockd *d, struct ld_conn *cn, const char *why);
-
-/* Room for n more bytes at the end of cn's output; NULL when cn must go. */
-static uint8_t *out_reserve(struct lockd *d, struct ld_conn *cn, size_t n)
-{
-	if (cn->cn_state == CN_CLOSED)
-		return NULL;
-	if (cn->cn_outoff && cn->cn_outoff == cn->cn_outlen)
-		cn->cn_outoff = cn->cn_outlen = 0;
-	if (cn->cn_outlen + n > cn->cn_outcap) {
-		size_t cap = cn->cn_outcap ? cn->cn_outcap : 4096;
-		uint8_t *p;
-
-		if (cn->cn_outoff) {
-			memmove(cn->cn_out, cn->cn_out + cn->cn_outoff, cn->cn_outlen - cn->cn_outoff);
-			cn->cn_outlen -= cn->cn_outoff;
-			cn->cn_outoff = 0;
-		}
-		while (cap < cn->cn_outlen + n)
-			cap *= 2;
-		if (cap > LD_OUTMAX) {
-			conn_close(d, cn, "not reading its messages (output over 16 MiB)");
-			return NULL;
-		}
-		if (cap > cn->cn_outcap) {
-			p = realloc(cn->cn_out, cap);
-			if (!p) {
-				conn_close(d, cn, "out of memory for its output");
-				return NULL;
-			}
-			cn->cn_out = p;
-			cn->cn_outcap = cap;
-		}
-	}
-	if (!cn->cn_dirty) {
-		cn->cn_dirty = 1;
-		list_add_tail(&cn->cn_dlink, &d->ld_dirty);
-	}
-	return cn->cn_out + cn->cn_outlen;
-}
-
-/* A frame of type with payload plen: the caller fills the payload. */
-static uint8_t *out_frame(struct lockd *d, struct ld_conn *cn, uint16_t type, uint32_t seq,
-			  size_t plen)
-{
-	uint8_t *p = out_reserve(d, cn, LKP_HDR + plen);
-
-	if (!p)
-		return NULL;
-	cn->cn_outlen += lkp_hdr(p, type, seq, plen);
-	return p + LKP_HDR;
-}
-
-static void conn_flush(struct lockd *d, struct ld_conn *cn)
-{
-	while (cn->cn_outoff < cn->cn_outlen) {
-		ssize_t n = send(cn->cn_fd, cn->cn_out + cn->cn_outoff, cn->cn_outlen - cn->cn_outoff,
-				 MSG_NOSIGNAL | MSG_DONTWAIT);
-		if (n < 0) {
-			if (errno == EINTR)
-				continue;
-			if (errno == EAGAIN) {
-				if (!cn->cn_epout) {
-					struct epoll_event ev = { .events = EPOLLIN | EPOLLOUT,
-								  .data.ptr = cn };
-					epoll_ctl(d->ld_epfd, EPOLL_CTL_MOD, cn->cn_fd, &ev);
-					cn->cn_epout = 1;
-				}
-				return;
-			}
-			conn_close(d, cn, NULL);
-			return;
-		}
-		cn->cn_outoff += (size_t)n;
-	}
-	cn->cn_outoff = cn->cn_outlen = 0;
-	if (cn->cn_epout) {
-		struct epoll_event ev = { .events = EPOLLIN, .data.ptr = cn };
-		epoll_ctl(d->ld_epfd, EPOLL_CTL_MOD, cn->cn_fd, &ev);
-		cn->cn_epout = 0;
-	}
-	if (cn->cn_close_after_flush)
-		conn_close(d, cn, NULL);
-}
 
 uint8_t *ld_node_frame(struct lockd *d, struct ld_node *nd, uint16_t type, uint32_t seq,
 		       size_t plen)
@@ -853,7 +657,7 @@ static void broadcast_recover(struct lockd *d)
 }
 
 /* The socket of a live node went away: cancel its queued requests. */
-static void node_disconnected(struct lockd *d, struct ld_node *nd)
+void node_disconnected(struct lockd *d, struct ld_node *nd)
 {
 	struct ld_list *p, *t;
 
@@ -989,6 +793,7 @@ static void do_join(struct lockd *d, struct ld_conn *cn, const uint8_t *p, size_
 	size_t nl = p[40], tl = p[41];
 	uint16_t jflags = lkp_get16(p + 42);
 	size_t ul = jflags & LKP_JF_UUID ? LKP_UUID_LEN : 0;
+	size_t cl = jflags & LKP_JF_SEAL ? LKP_NONCE : 0;
 	char name[LK_NAME_MAX + 1], table[LK_TABLE_MAX + 1];
 	struct ld_node *nd, *back;
 	struct ld_list *q, *t;
@@ -1000,9 +805,9 @@ static void do_join(struct lockd *d, struct ld_conn *cn, const uint8_t *p, size_
 		       LKP_VERSION);
 		return;
 	}
-	if (LKP_JOIN_FIXED + nl + tl + ul != plen || !lkp_valid_name((const char *)p + 44, nl) ||
+	if (LKP_JOIN_FIXED + nl + tl + ul + cl != plen || !lkp_valid_name((const char *)p + 44, nl) ||
 	    !lkp_valid_table((const char *)p + 44 + nl, tl) ||
-	    (jflags & ~(LKP_JF_SELF_RECOVER | LKP_JF_UUID | LKP_JF_PLOWN))) {
+	    (jflags & ~(LKP_JF_SELF_RECOVER | LKP_JF_UUID | LKP_JF_SEAL | LKP_JF_PLOWN))) {
 		ld_log(d, LOG_WARNING, "%s: malformed JOIN (bad name or table); closing", cn->cn_peer);
 		conn_close(d, cn, NULL);
 		return;
@@ -1013,16 +818,37 @@ static void do_join(struct lockd *d, struct ld_conn *cn, const uint8_t *p, size_
 	table[tl] = 0;
 	if (ul)
 		uuid = p + 44 + nl + tl;
+	if (d->ld_secret && !cl) {
+		refuse(d, cn, EPROTO, 0, "node %s: its client does not seal lock traffic (shoal "
+					 "before 2026-12-05): upgrade shoal on that node", name);
+		return;
+	}
+	if (!d->ld_secret && cl) {
+		refuse(d, cn, EPROTO, 0, "node %s: asks for sealed lock traffic, but this lockd "
+					 "has no secret", name);
+		return;
+	}
 	if (d->ld_secret) {
-		uint8_t want[LK_HMAC_LEN];
-		if (lk_hmac_sha256(d->ld_secret, d->ld_secretlen, cn->cn_nonce, LKP_NONCE, name, nl,
-				   want)) {
+		/* the MAC covers the CHALLENGE as the client saw it and the
+		 * whole JOIN (its own MAC field zeroed) */
+		uint8_t want[LK_HMAC_LEN], join[LKP_MAX_FRAME];
+
+		memcpy(join, p, plen);
+		memset(join + 8, 0, LK_HMAC_LEN);
+		if (lk_hmac_sha256(d->ld_secret, d->ld_secretlen, cn->cn_chal, LKP_CHALLENGE_LEN,
+				   join, plen, want)) {
 			refuse(d, cn, EIO, 1, "node %s: cannot check its secret (HMAC-SHA256 in "
 					      "libcrypto failed)", name);
 			return;
 		}
 		if (lk_memcmp_ct(want, mac, LK_HMAC_LEN)) {
 			refuse(d, cn, EACCES, 0, "node %s: authentication failed (bad secret)", name);
+			return;
+		}
+		if (lk_session_init(&cn->cn_sess, d->ld_secret, d->ld_secretlen, cn->cn_chal + 12,
+				    p + 44 + nl + tl + ul, name, nl, 1)) {
+			refuse(d, cn, EIO, 1, "node %s: cannot derive its session keys (HKDF-SHA256 "
+					      "in libcrypto failed)", name);
 			return;
 		}
 	}
@@ -1127,6 +953,11 @@ static void do_join(struct lockd *d, struct ld_conn *cn, const uint8_t *p, size_
 	       back ? "; it is back from the dead and replays its own journal" : "");
 	snprintf(cn->cn_peer + strlen(cn->cn_peer), sizeof(cn->cn_peer) - strlen(cn->cn_peer),
 		 " node %s", name);
+	if (d->ld_secret) {
+		/* from JOIN_OK on, both ways: what was queued before goes plain */
+		cn->cn_sealed = 1;
+		cn->cn_sealoff = cn->cn_outlen;
+	}
 	o = out_frame(d, cn, LKP_JOIN_OK, 0, LKP_JOIN_OK_LEN);
 	if (!o)
 		return;
@@ -1141,37 +972,6 @@ static void do_join(struct lockd *d, struct ld_conn *cn, const uint8_t *p, size_
 		d->ld_next_check = nd->nd_last_hb + d->ld_lease_ns;
 }
 
-/* --- connections -------------------------------------------------------------------- */
-
-static void conn_close(struct lockd *d, struct ld_conn *cn, const char *why)
-{
-	if (cn->cn_state == CN_CLOSED)
-		return;
-	if (why)
-		ld_log(d, LOG_WARNING, "%s: %s; closing", cn->cn_peer, why);
-	epoll_ctl(d->ld_epfd, EPOLL_CTL_DEL, cn->cn_fd, NULL);
-	close(cn->cn_fd);
-	cn->cn_fd = -1;
-	cn->cn_state = CN_CLOSED;
-	if (cn->cn_dirty) {
-		list_del(&cn->cn_dlink);
-		cn->cn_dirty = 0;
-	}
-	list_del(&cn->cn_link);
-	list_add_tail(&cn->cn_link, &d->ld_closed); /* freed at the end of the loop turn */
-	if (cn->cn_node) {
-		struct ld_node *nd = cn->cn_node;
-		cn->cn_node = NULL;
-		if (nd->nd_state == ND_LIVE) {
-			ld_log(d, LOG_NOTICE, "node %s (jid %u): connection closed without LEAVE; dead at lease expiry unless it rejoins",
-			       nd->nd_name, nd->nd_jid);
-			node_disconnected(d, nd);
-		} else {
-			nd->nd_conn = NULL;
-		}
-	}
-}
-
 static int expect_len(struct lockd *d, struct ld_conn *cn, unsigned type, size_t plen, size_t want)
 {
 	if (plen == want)
@@ -1182,8 +982,7 @@ static int expect_len(struct lockd *d, struct ld_conn *cn, unsigned type, size_t
 	return 0;
 }
 
-/* One whole frame; returns with cn possibly closed. */
-static void conn_msg(struct lockd *d, struct ld_conn *cn, const uint8_t *f, size_t flen)
+void conn_msg(struct lockd *d, struct ld_conn *cn, const uint8_t *f, size_t flen)
 {
 	unsigned type = lkp_get16(f + 4);
 	uint32_t seq = lkp_get32(f + 8);
@@ -1255,172 +1054,6 @@ static void conn_msg(struct lockd *d, struct ld_conn *cn, const uint8_t *f, size
 		       lkp_type_name(type), type);
 		conn_close(d, cn, NULL);
 		break;
-	}
-}
-
-static void conn_read(struct lockd *d, struct ld_conn *cn)
-{
-	ssize_t n;
-	size_t off = 0;
-
-	n = read(cn->cn_fd, cn->cn_in + cn->cn_inlen, sizeof(cn->cn_in) - cn->cn_inlen);
-	if (n < 0) {
-		char why[96];
-
-		if (errno == EAGAIN || errno == EINTR)
-			return;
-		snprintf(why, sizeof(why), "read: %s%s", strerror(errno),
-			 cn->cn_inlen ? " (closed in the middle of a frame)" : "");
-		conn_close(d, cn, why);
-		return;
-	}
-	if (n == 0) {
-		if (cn->cn_inlen)
-			ld_log(d, LOG_WARNING, "%s: closed in the middle of a frame (%u bytes)", cn->cn_peer,
-			       cn->cn_inlen);
-		else if (cn->cn_state == CN_HELLO)
-			ld_log(d, LOG_DEBUG, "%s: closed before JOIN", cn->cn_peer);
-		conn_close(d, cn, NULL);
-		return;
-	}
-	cn->cn_inlen += (uint32_t)n;
-	while (cn->cn_inlen - off >= 4 && cn->cn_state != CN_CLOSED) {
-		uint32_t len = lkp_get32(cn->cn_in + off);
-		if (len < LKP_HDR - 4 || len > LKP_MAX_FRAME - 4) {
-			char why[64];
-			snprintf(why, sizeof(why), "bad frame length %u", len);
-			conn_close(d, cn, why);
-			return;
-		}
-		if (cn->cn_inlen - off < 4 + len)
-			break;
-		conn_msg(d, cn, cn->cn_in + off, 4 + len);
-		off += 4 + len;
-	}
-	if (cn->cn_state == CN_CLOSED)
-		return;
-	if (off) {
-		memmove(cn->cn_in, cn->cn_in + off, cn->cn_inlen - off);
-		cn->cn_inlen -= (uint32_t)off;
-	}
-}
-
-/*
- * accept failed with err (EMFILE at the descriptor limit, ENFILE, ENOMEM...):
- * the listener stays readable, so it leaves epoll for LD_ACCEPT_PAUSE_NS
- * (check_timers brings it back) instead of failing again at once in a
- * loop; one log line per LD_ACCEPT_LOG_NS, with the count of the others.
- */
-static void accept_pause(struct lockd *d, struct ld_listener *li, int err)
-{
-	if (d->ld_now >= li->li_next_log) {
-		struct rlimit rl = { 0 };
-		char lim[96] = "";
-
-		if (err == EMFILE && !getrlimit(RLIMIT_NOFILE, &rl))
-			snprintf(lim, sizeof(lim), " (at its file descriptor limit, %llu: raise "
-						   "RLIMIT_NOFILE)", (unsigned long long)rl.rlim_cur);
-		ld_log(d, LOG_ERR, "accept on %s: %s%s; new connections wait %llu ms", li->li_addr,
-		       strerror(err), lim, (unsigned long long)(LD_ACCEPT_PAUSE_NS / NS_PER_MS));
-		if (li->li_unlogged)
-			ld_log(d, LOG_ERR, "accept on %s: %u more failures since the last message",
-			       li->li_addr, li->li_unlogged);
-		li->li_unlogged = 0;
-		li->li_next_log = d->ld_now + LD_ACCEPT_LOG_NS;
-	} else {
-		li->li_unlogged++;
-	}
-	if (epoll_ctl(d->ld_epfd, EPOLL_CTL_DEL, li->li_fd, NULL))
-		return; /* not paused: the next turn tries again */
-	li->li_resume = d->ld_now + LD_ACCEPT_PAUSE_NS;
-	if (li->li_resume < d->ld_next_check)
-		d->ld_next_check = li->li_resume;
-}
-
-/* A paused listener whose time has come accepts again; sets *next. */
-static void accept_resume(struct lockd *d, struct ld_listener *li, uint64_t *next)
-{
-	struct epoll_event ev = { .events = EPOLLIN, .data.ptr = li };
-
-	if (!li->li_resume)
-		return;
-	if (li->li_resume > d->ld_now) {
-		if (li->li_resume < *next)
-			*next = li->li_resume;
-		return;
-	}
-	if (epoll_ctl(d->ld_epfd, EPOLL_CTL_ADD, li->li_fd, &ev)) {
-		ld_log(d, LOG_ERR, "listener %s: epoll_ctl: %s; trying again in %llu ms", li->li_addr,
-		       strerror(errno), (unsigned long long)(LD_ACCEPT_PAUSE_NS / NS_PER_MS));
-		li->li_resume = d->ld_now + LD_ACCEPT_PAUSE_NS;
-		if (li->li_resume < *next)
-			*next = li->li_resume;
-		return;
-	}
-	li->li_resume = 0;
-}
-
-static void conn_accept(struct lockd *d, struct ld_listener *li)
-{
-	for (int i = 0; i < 16; i++) {
-		struct sockaddr_storage ss;
-		socklen_t sl = sizeof(ss);
-		struct ld_conn *cn;
-		struct epoll_event ev;
-		uint8_t *p;
-		int fd = accept4(li->li_fd, (struct sockaddr *)&ss, &sl, SOCK_NONBLOCK | SOCK_CLOEXEC);
-
-		if (fd < 0) {
-			if (errno != EAGAIN && errno != EINTR && errno != ECONNABORTED)
-				accept_pause(d, li, errno);
-			return;
-		}
-		cn = calloc(1, sizeof(*cn));
-		if (!cn) {
-			close(fd);
-			accept_pause(d, li, ENOMEM);
-			return;
-		}
-		cn->cn_fd = fd;
-		cn->cn_state = CN_HELLO;
-		list_init(&cn->cn_dlink);
-		list_add_tail(&cn->cn_link, &d->ld_conns);
-		if (li->li_unix) {
-			struct ucred uc;
-			socklen_t ul = sizeof(uc);
-			if (!getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &uc, &ul))
-				snprintf(cn->cn_peer, sizeof(cn->cn_peer), "peer %s pid %d uid %u",
-					 li->li_addr, (int)uc.pid, (unsigned)uc.uid);
-			else
-				snprintf(cn->cn_peer, sizeof(cn->cn_peer), "peer %s", li->li_addr);
-		} else {
-			int one = 1;
-			char a[96];
-			setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-			lkp_format_addr((struct sockaddr *)&ss, sl, a, sizeof(a));
-			snprintf(cn->cn_peer, sizeof(cn->cn_peer), "peer %s", a);
-		}
-		cn->cn_deadline = d->ld_now + d->ld_hs_ns;
-		if (cn->cn_deadline < d->ld_next_check)
-			d->ld_next_check = cn->cn_deadline;
-		ev.events = EPOLLIN;
-		ev.data.ptr = cn;
-		if (epoll_ctl(d->ld_epfd, EPOLL_CTL_ADD, fd, &ev)) {
-			conn_close(d, cn, "epoll_ctl failed");
-			continue;
-		}
-		if (getrandom(cn->cn_nonce, LKP_NONCE, 0) != LKP_NONCE) {
-			conn_close(d, cn, "getrandom failed");
-			continue;
-		}
-		p = out_frame(d, cn, LKP_CHALLENGE, 0, LKP_CHALLENGE_LEN);
-		if (!p)
-			continue;
-		lkp_put32(p, LKP_VERSION);
-		lkp_put32(p + 4, (d->ld_secret ? LKP_CF_AUTH : 0) | LKP_CF_PLOCK);
-		lkp_put32(p + 8, (uint32_t)(d->ld_lease_ns / NS_PER_MS));
-		memcpy(p + 12, cn->cn_nonce, LKP_NONCE);
-		ld_log(d, LOG_DEBUG, "%s: connected", cn->cn_peer);
 	}
 }
 
@@ -1554,26 +1187,6 @@ static void check_timers(struct lockd *d)
 	d->ld_next_check = next;
 }
 
-static void flush_dirty(struct lockd *d)
-{
-	while (!list_empty(&d->ld_dirty)) {
-		struct ld_conn *cn = container_of(d->ld_dirty.next, struct ld_conn, cn_dlink);
-		list_del(&cn->cn_dlink);
-		cn->cn_dirty = 0;
-		conn_flush(d, cn);
-	}
-}
-
-static void free_closed(struct lockd *d)
-{
-	while (!list_empty(&d->ld_closed)) {
-		struct ld_conn *cn = container_of(d->ld_closed.next, struct ld_conn, cn_link);
-		list_del(&cn->cn_link);
-		free(cn->cn_out);
-		free(cn);
-	}
-}
-
 int lockd_run(struct lockd *d)
 {
 	struct epoll_event evs[64];
@@ -1635,115 +1248,6 @@ void lockd_wake_stop(struct lockd *d)
 	if (write(d->ld_wakefd, &one, sizeof(one)) < 0) {
 		/* the flag alone stops the loop at its next turn */
 	}
-}
-
-/* Only this machine can connect to ss: 127.0.0.0/8, ::1, ::ffff:127.0.0.0/104. */
-static int addr_is_loopback(const struct sockaddr_storage *ss)
-{
-	if (ss->ss_family == AF_INET) {
-		const struct sockaddr_in *sin = (const struct sockaddr_in *)ss;
-		return (ntohl(sin->sin_addr.s_addr) >> 24) == 127;
-	}
-	if (ss->ss_family == AF_INET6) {
-		const struct in6_addr *a = &((const struct sockaddr_in6 *)ss)->sin6_addr;
-		return IN6_IS_ADDR_LOOPBACK(a) || (IN6_IS_ADDR_V4MAPPED(a) && a->s6_addr[12] == 127);
-	}
-	return 0;
-}
-
-static int listen_one(struct lockd *d, const char *addr, char *err, size_t errlen)
-{
-	struct ld_listener *li = &d->ld_lis[d->ld_nlis];
-	struct lkp_addr la;
-	struct epoll_event ev;
-	int fd, rc, one = 1;
-
-	rc = lkp_parse_addr(addr, 1, &la, err, errlen);
-	if (rc)
-		return rc;
-	/* whoever connects without a secret can join and take any lock */
-	if (!la.la_unix && !d->ld_secret && !addr_is_loopback(&la.la_ss)) {
-		if (!d->ld_cfg.insecure) {
-			snprintf(err, errlen, "listen %s: anyone who can reach it could join the "
-					      "cluster without a secret: give --secret-file (or "
-					      "--insecure on a network only the nodes reach)", addr);
-			return -EACCES;
-		}
-		ld_log(d, LOG_WARNING, "listening on %s without a secret (--insecure): anyone who "
-				       "can reach it can join the cluster", addr);
-	}
-	fd = socket(la.la_ss.ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-	if (fd < 0) {
-		rc = -errno;
-		snprintf(err, errlen, "listen %s: socket: %s", addr, strerror(errno));
-		return rc;
-	}
-	if (!la.la_unix)
-		setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-	/* the socket file is 0600 whatever the caller's umask: whoever can
-	 * connect can join the cluster */
-	mode_t um = la.la_unix ? umask(0177) : 0;
-	rc = bind(fd, (struct sockaddr *)&la.la_ss, la.la_len);
-	if (rc && errno == EADDRINUSE && la.la_unix) {
-		/* a stale socket file: nobody answers on it; anything else
-		 * at that path is not ours to delete */
-		struct sockaddr_un *sun = (struct sockaddr_un *)&la.la_ss;
-		struct stat st;
-		int probe;
-
-		if (lstat(sun->sun_path, &st) == 0 && !S_ISSOCK(st.st_mode)) {
-			umask(um);
-			snprintf(err, errlen, "listen %s: %s exists and is not a socket; not "
-					      "replacing it", addr, sun->sun_path);
-			close(fd);
-			return -EEXIST;
-		}
-		probe = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-		if (probe >= 0 && connect(probe, (struct sockaddr *)sun, la.la_len) &&
-		    errno == ECONNREFUSED) {
-			unlink(sun->sun_path);
-			rc = bind(fd, (struct sockaddr *)&la.la_ss, la.la_len);
-		} else {
-			errno = EADDRINUSE;
-		}
-		if (probe >= 0)
-			close(probe);
-	}
-	if (la.la_unix) {
-		int e = errno;
-		umask(um);
-		errno = e;
-	}
-	if (rc || listen(fd, 128)) {
-		rc = -errno;
-		snprintf(err, errlen, "listen %s: %s", addr, strerror(errno));
-		close(fd);
-		return rc;
-	}
-	li->li_fd = fd;
-	li->li_unix = la.la_unix;
-	if (la.la_unix) {
-		const char *path = ((struct sockaddr_un *)&la.la_ss)->sun_path;
-		snprintf(li->li_path, sizeof(li->li_path), "%s", path);
-		snprintf(li->li_addr, sizeof(li->li_addr), "unix:%s", path);
-	} else {
-		struct sockaddr_storage ss;
-		socklen_t sl = sizeof(ss);
-		getsockname(fd, (struct sockaddr *)&ss, &sl);
-		lkp_format_addr((struct sockaddr *)&ss, sl, li->li_addr, sizeof(li->li_addr));
-	}
-	ev.events = EPOLLIN;
-	ev.data.ptr = li;
-	if (epoll_ctl(d->ld_epfd, EPOLL_CTL_ADD, fd, &ev)) {
-		rc = -errno;
-		snprintf(err, errlen, "listen %s: epoll: %s", addr, strerror(errno));
-		if (la.la_unix)
-			unlink(li->li_path);
-		close(fd);
-		return rc;
-	}
-	d->ld_nlis++;
-	return 0;
 }
 
 int lockd_create(const struct lockd_config *cfg, struct lockd **out, char *err, size_t errlen)

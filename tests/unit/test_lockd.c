@@ -576,7 +576,8 @@ static void test_hmac_vectors(void **state)
 	hex(d, h);
 	assert_string_equal(h, "9b09ffa71b942fcb27635fbcd5b0e944bfdc63644f0713938a7f51535c3a35e2");
 
-	/* a JOIN's MAC: secret "sesame", nonce bytes 1, 8, 15, ..., name node-a */
+	/* two pieces, as a JOIN's MAC before 2026-12-05: secret "sesame", nonce
+	 * bytes 1, 8, 15, ..., name node-a */
 	for (int i = 0; i < 32; i++)
 		nonce[i] = (uint8_t)(i * 7 + 1);
 	assert_int_equal(lk_hmac_sha256("sesame", 6, nonce, 32, "node-a", 6, d), 0);
