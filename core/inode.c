@@ -307,15 +307,22 @@ void inode_put(struct shoal_fs *fs, struct shoal_inode *ip)
 	}
 }
 
+/* Increasing across every mount of this process (atomic: several
+ * filesystems may allocate inodes at once). */
 static uint64_t next_generation(void)
 {
 	static uint64_t last;
 	struct timespec ts;
+	uint64_t g, old;
+
 	clock_gettime(CLOCK_REALTIME, &ts);
-	uint64_t g = (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-	if (g <= last)
-		g = last + 1;
-	last = g;
+	g = (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+	old = __atomic_load_n(&last, __ATOMIC_RELAXED);
+	do {
+		if (g <= old)
+			g = old + 1;
+	} while (!__atomic_compare_exchange_n(&last, &old, g, 0, __ATOMIC_RELAXED,
+					      __ATOMIC_RELAXED));
 	return g;
 }
 

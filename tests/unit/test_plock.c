@@ -80,6 +80,17 @@ static void cb_fenced(void *arg, const char *why)
 	(void)why;
 }
 
+/* RECOVERs t heard so far (its receiver thread counts them) */
+static int nrec(struct tnode *t)
+{
+	int n;
+
+	pthread_mutex_lock(&t->mu);
+	n = t->nrec;
+	pthread_mutex_unlock(&t->mu);
+	return n;
+}
+
 static const struct lkc_ops tops = { .bast = cb_nop, .recover = cb_recover, .fenced = cb_fenced };
 
 static void sleep_ms(unsigned ms)
@@ -375,7 +386,7 @@ static void test_death(void **state)
 			break;
 		sleep_ms(5);
 	}
-	assert_int_equal(a.nrec, 1); /* b is dead: its journal needs replaying */
+	assert_int_equal(nrec(&a), 1); /* b is dead: its journal needs replaying */
 	assert_int_equal(set(&a, 21, 1, LK_PL_UN, 0, 9), 0);
 	assert_int_equal(count_settled(d, 1), 1); /* 21 is free: only b's 20 is left */
 	assert_int_equal(wresult(&w2, 100), 1);
@@ -471,9 +482,9 @@ static void test_silent_death(void **state)
 	assert_int_equal(set(&a, 31, 1, LK_PL_WR, 0, 0), 0);
 	raw_plock(fd, 2, 3, 31, LK_PL_WR, 0, 0); /* SETW: waits for a */
 	/* v goes silent, its socket open: dead after its lease */
-	for (int i = 0; i < 1200 && !a.nrec; i++)
+	for (int i = 0; i < 1200 && !nrec(&a); i++)
 		sleep_ms(5);
-	assert_int_equal(a.nrec, 1);
+	assert_int_equal(nrec(&a), 1);
 	/* its waiting request went with it: a's unlock grants nobody */
 	assert_int_equal(set(&a, 31, 1, LK_PL_UN, 0, 0), 0);
 	assert_int_equal(set(&a, 31, 2, LK_PL_WR, 0, 0), 0);
@@ -621,9 +632,9 @@ static void test_owner_death(void **state)
 	assert_int_equal(set(&b, 70, 1, LK_PL_RD, 5, 5), -EAGAIN); /* maybe a's */
 	setw(&b, &w1, 70, 1, LK_PL_WR, 0, 0);
 	setw(&b, &w2, 70, 2, LK_PL_RD, 9, 9);
-	for (int i = 0; i < 1200 && !b.nrec; i++)
+	for (int i = 0; i < 1200 && !nrec(&b); i++)
 		sleep_ms(5);
-	assert_int_equal(b.nrec, 1);
+	assert_int_equal(nrec(&b), 1);
 	assert_int_equal(wresult(&w1, 100), 1); /* dead, not yet recovered */
 	assert_int_equal(lkc_lock(b.c, 9, a.jid, LK_EX, 0, NULL, NULL), LK_EX);
 	assert_int_equal(lkc_recovery_done(b.c, a.jid), 0);
