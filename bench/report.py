@@ -234,6 +234,8 @@ SPECS = {
     "plock": (PL_COLS, [
         ("uncontended_us", "uncontended lock+unlock (us; fuse-null: 1 round trip)", 1, "%.1f",
          [("ratio", "shoal-cl", "fuse-null", "<=", 3.0)]),
+        ("uncontended_best_us", "  best batch of 100 (us; what a pair costs on an idle machine)", 1,
+         "%.1f", [("ratio", "shoal-cl", "fuse-null", "<=", 3.0)]),
         ("pp0_handoffs_s", "ping-pong (a) locks only: handoffs/s", 1, "%.0f",
          [("value", "shoal-cl", ">=", 2000)]),
         ("pp1_handoffs_s", "ping-pong (b) read+increment: handoffs/s", 1, "%.0f",
