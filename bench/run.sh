@@ -1273,7 +1273,7 @@ run_one() {
 			if is_shoal "$fs" && [ -x "$bin/fsck.shoal" ]; then
 				local frc=0
 				timeout 300 "$bin/fsck.shoal" -n "${dev[$fs]}" >"$out" 2>&1 || frc=$?
-				say "  round $r $fs: fsck.shoal -n after unmount: exit $frc$([ "$frc" = 0 ] || echo " ($(tail -n 3 "$out" | tr '\n' ' '))")"
+				say "  round $r $fs${cl_flavour:+ $cl_flavour}: fsck.shoal -n after unmount: exit $frc$([ "$frc" = 0 ] || echo " ($(tail -n 3 "$out" | tr '\n' ' '))")"
 			fi
 		fi
 	fi
