@@ -3,7 +3,8 @@
 the table it prints: every round's value per variant, the median, the
 ratios of the medians (shoal/ext4 and shoal-cl/ext4, shoal-cl/shoal; for
 pingpong hold=0 against the default hold time; for mmread N shoal nodes
-against N ext4 processes) and, where an issue sets one, the target with PASS or MISS.  The verdicts are information only; the
+against N ext4 processes; for cluster N nodes against one node and against
+ext4) and, where an issue sets one, the target with PASS or MISS.  The verdicts are information only; the
 exit status is 0 unless the raw file cannot be read.
 
     report.py RAWFILE
@@ -23,7 +24,7 @@ Invariants:
      "n/a" and never PASS;
  (3) a check on the value itself (cache: lock requests == 0) holds for every
      round that produced it, and says n/a, never PASS, when no round met
-     its precondition.
+     its precondition; a check on the median ("median" targets) needs it.
 """
 import statistics
 import sys
@@ -45,7 +46,8 @@ MM_COLS = [("vs ext4", {"shoal-cl": "ext4", "fuse-null": "ext4"}),
            ("vs null", {"shoal-cl": "fuse-null"})]
 
 # Targets: ("ratio", NUM, DEN, op, bound) on the ratio of the medians, shown
-# on NUM's row; ("value", FS, op, bound) on every round's value of FS.
+# on NUM's row; ("value", FS, op, bound) on every round's value of FS;
+# ("median", FS, op, bound) on FS's median.
 T_EXT4 = lambda op, b: ("ratio", "shoal", "ext4", op, b)  # issue #2
 T_CL = lambda op, b: ("ratio", "shoal-cl", "shoal", op, b)  # issue #3: <= 10% worse
 T_CL2 = lambda op, b: ("ratio", "shoal-cl2", "ext4", op, b)  # issue #5: lock=shoal, 2nd node
@@ -83,6 +85,53 @@ def mm_rows():
             rows.append(("shoal_%s_n%d_file_req" % (mode, n),
                          "  N=%d: lock requests for the file (all nodes)" % n, 1, "%.0f", []))
     return rows
+
+CL_TYPES = ((1, "non-disk"), (2, "inode"), (3, "rgrp"), (4, "meta"), (5, "iopen"),
+            (6, "flock"), (8, "quota"), (9, "journal"))
+
+
+def cluster_spec(fses):
+    """cluster (issue 22): per flavour, the totals and the per-node figures
+    of variants shoal-cl-nN (N nodes) and ext4 (one node), against one
+    shoal node and against ext4; targets at 8 nodes: private total >= 1.5x
+    one node's, mixed >= 0.5x, slowest node >= 0.5x the fastest (median)."""
+    ns = [fs for fs in fses if fs.startswith("shoal-cl-n")]
+    cols = [("vs 1 node", {fs: "shoal-cl-n1" for fs in ns if fs != "shoal-cl-n1"}),
+            ("vs ext4", {fs: "ext4" for fs in ns})]
+    rows = []
+    for fl, bound in (("private", 1.5), ("mixed", 0.5)):
+        rows += [
+            (fl + "_ops_s", fl + ": total ops/s (all nodes)", 1, "%.0f",
+             [("ratio", "shoal-cl-n8", "shoal-cl-n1", ">=", bound)]),
+            (fl + "_node_min_ops_s", "  per node: the slowest node's ops/s", 1, "%.1f", []),
+            (fl + "_node_max_ops_s", "  per node: the fastest node's ops/s", 1, "%.1f", []),
+            (fl + "_node_ratio", "  slowest / fastest node", 1, "%.3f",
+             [("median", "shoal-cl-n8", ">=", 0.5)]),
+            (fl + "_max_ms", "  the slowest single op (ms)", 1, "%.0f", []),
+            ("shoal_%s_lockd_rss_kib" % fl, "  shoal-lockd RSS after the run (MiB)", 1024, "%.1f", []),
+            ("shoal_%s_lockd_rss0_kib" % fl, "  shoal-lockd RSS before the run (MiB)", 1024, "%.1f", []),
+            (fl + "_flushes_per_op", "  device flushes per op (loop)", 1, "%.2f", []),
+            (fl + "_wr_bytes_per_op", "  device bytes written per op (loop)", 1, "%.0f", []),
+            ("shoal_%s_gl_requests_per_op" % fl, "  shoal stat, all nodes: lock requests per op",
+             1, "%.2f", []),
+            ("shoal_%s_gl_callbacks_per_op" % fl, "  shoal stat: callbacks per op", 1, "%.3f", []),
+            ("shoal_%s_gl_demotions_per_op" % fl, "  shoal stat: demotions per op", 1, "%.3f", []),
+            ("shoal_%s_gl_restarts_per_op" % fl, "  shoal stat: restarts per op", 1, "%.3f", []),
+            ("shoal_%s_gl_rtt_us_per_op" % fl, "  shoal stat: lock wait per op (us)", 1, "%.0f", []),
+            ("shoal_%s_commits_per_op" % fl, "  shoal stat: commits per op", 1, "%.2f", []),
+            ("shoal_%s_dev_flushes_per_op" % fl, "  shoal stat: dev_flushes per op", 1, "%.2f", []),
+        ]
+        for t, name in CL_TYPES:
+            rows += [
+                ("shoal_%s_t%d_req_per_op" % (fl, t),
+                 "  glstats, %s glocks: requests per op" % name, 1, "%.3f", []),
+                ("shoal_%s_t%d_cb_per_op" % (fl, t),
+                 "  glstats, %s glocks: callbacks per op" % name, 1, "%.3f", []),
+                ("shoal_%s_t%d_tryfail_per_op" % (fl, t),
+                 "  glstats, %s glocks: refused tries per op" % name, 1, "%.3f", []),
+            ]
+    return cols, rows
+
 
 # Rows per workload: (metric, label, scale, format, targets).  scale divides
 # the raw value.  Metrics named shoal_* exist for shoal variants only.
@@ -243,7 +292,8 @@ SPECS = {
         ("pp1_lost", "  (b) increments not seen", 1, "%.0f", [("value", "shoal-cl", "==", 0)]),
     ]),
 }
-FS_ORDER = ("ext4", "fuse-null", "shoal", "shoal-cl", "shoal-cl2", "shoal-cl-hold0")
+FS_ORDER = ("ext4", "fuse-null", "shoal", "shoal-cl", "shoal-cl2", "shoal-cl-hold0") + tuple(
+    "shoal-cl-n%d" % n for n in range(1, 65))
 
 
 def fmt(spec_fmt, scale, v):
@@ -280,7 +330,7 @@ def value_check(vals, workload, fs, metric, op, bound, rounds):
 
 
 def report_table(workload, vals, failed, rounds, fses):
-    cols, rows = SPECS[workload]
+    cols, rows = cluster_spec(fses) if workload == "cluster" else SPECS[workload]
     w_label = max(len(s[1]) for s in rows) + 1
     w_fs = max(len(f) for f in fses) + 1
     head = "%-*s %-*s" % (w_label, "metric", w_fs, "fs")
@@ -334,6 +384,10 @@ def report_table(workload, vals, failed, rounds, fses):
                         notes.append(name + " n/a")
                 elif t[0] == "value" and t[1] == fs:
                     notes.append(value_check(vals, workload, fs, metric, t[2], t[3], rounds))
+                elif t[0] == "median" and t[1] == fs:
+                    name = "median %s %g" % (t[2], t[3])
+                    notes.append("%s %s" % (name, verdict(t[2], t[3], med[fs]) if fs in med
+                                            else "n/a"))
             if notes:
                 line += "  " + "; ".join(notes)
             print(line.rstrip())

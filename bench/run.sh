@@ -13,7 +13,9 @@
 #
 # WORKLOAD is meta, seq, fstest, cache, pingpong, mmread, lockd or plock (default: all eight;
 # lockd is the lock manager's round trips against a bare Unix-socket echo,
-# see the "lockd" section below).  Results go to stdout and to
+# see the "lockd" section below), or mmext, wbcost or cluster (only when
+# named; cluster is issue 22's scaling measurement: N nodes of one image,
+# N from $CLUSTER_NODES).  Results go to stdout and to
 # bench/results/DATE-WORKLOAD.txt.  Exit status: 0 when every run completed
 # (whatever the timings), 1 when a run failed (mount, workload program, a
 # shoal daemon or shoal-lockd that died, a mount that went read-only), 2 on
@@ -63,6 +65,13 @@ N rounds (default 3; 1 with --quick) and prints medians and ratios.
   mmext              seeds/003: a file grown by ftruncate + mmap hunks, then
                      by one mapping grown with mremap
   wbcost             fsync of one dirty 4 KiB block of a big file
+  cluster            issue 22: N = \$CLUSTER_NODES (default 1 2 4 8) nodes of one
+                     image and one shoal-lockd, each node's process doing small-file
+                     churn in its own directory (private), or that plus appends
+                     to two shared big files, files made in one shared directory
+                     and records appended to one shared log (mixed), for
+                     \$CLUSTER_SECONDS (default 10; 3 with --quick) per run;
+                     total and per-node ops/s, lockd's RSS; ext4: N = 1
   --quick          smaller sizes, for a smoke run of everything in about 2 minutes
   --fs LIST        comma-separated variants among ext4, shoal (lock=nolock),
                    shoal-cl (lock=shoal, one node, own shoal-lockd),
@@ -79,7 +88,9 @@ N rounds (default 3; 1 with --quick) and prints medians and ratios.
   --shoal-on-file  mount shoal on its image file instead of a loop device
                    (then only shoal's own counters are available for it)
 Environment: SHOAL_BUILD (build dir, default build/), SHOAL_BENCH_TIMEOUT
-(seconds one workload program may take, default 1800), SHOAL_BENCH_FS.
+(seconds one workload program may take, default 1800), SHOAL_BENCH_FS;
+cluster: CLUSTER_NODES, CLUSTER_SECONDS, CLUSTER_GRACE (seconds a node may
+take past the end of a run, default 120).
 EOF
 }
 
@@ -121,7 +132,7 @@ while [ $# -gt 0 ]; do
 		;;
 	--shoal-on-file) shoal_on_file=1; shift ;;
 	-h | --help) usage; exit 0 ;;
-	meta | seq | fstest | cache | pingpong | mmread | lockd | plock | mmext | wbcost) workloads+=("$1"); shift ;;
+	meta | seq | fstest | cache | pingpong | mmread | lockd | plock | mmext | wbcost | cluster) workloads+=("$1"); shift ;;
 	*) echo "bench/run.sh: unknown argument $1" >&2; usage >&2; exit 2 ;;
 	esac
 done
@@ -163,6 +174,26 @@ else
 fi
 fst_kib=8192 # the 8 MiB file of seeds/001
 if [ "$quick" = 1 ]; then mmx_mib=256; wbc_mib=256; else mmx_mib=1024; wbc_mib=1024; fi
+# cluster: the node counts (each 1-64, duplicates dropped), the seconds of
+# one run, and how long a node may take past them before the run fails.
+cl_ns=()
+for n in ${CLUSTER_NODES:-1 2 4 8}; do
+	[[ $n =~ ^[1-9][0-9]*$ ]] && [ "$n" -le 64 ] || {
+		echo "bench/run.sh: CLUSTER_NODES: '$n' is not a node count from 1 to 64" >&2
+		exit 2
+	}
+	[[ " ${cl_ns[*]} " == *" $n "* ]] || cl_ns+=("$n")
+done
+[ ${#cl_ns[@]} -gt 0 ] || { echo "bench/run.sh: CLUSTER_NODES is empty" >&2; exit 2; }
+cl_secs=${CLUSTER_SECONDS:-$([ "$quick" = 1 ] && echo 3 || echo 10)}
+cl_grace=${CLUSTER_GRACE:-120}
+for v in "$cl_secs" "$cl_grace"; do
+	[[ $v =~ ^[0-9]+(\.[0-9]+)?$ ]] && awk -v v="$v" 'BEGIN { exit !(v > 0) }' || {
+		echo "bench/run.sh: CLUSTER_SECONDS and CLUSTER_GRACE must be seconds > 0, not '$v'" >&2
+		exit 2
+	}
+done
+cl_jmax=$(printf '%s\n' "${cl_ns[@]}" | sort -n | tail -n 1) # journals of every cluster image
 fst_seed=1
 fst_floor_iters=2000
 cache_mib=64 # the file the cache workload reads twice
@@ -205,7 +236,7 @@ if [ -x "$build/fsck.shoal" ]; then cp "$build/fsck.shoal" "$bin/"; fi
 shoal_rev="$(git -C "$shoal_top" rev-parse --short HEAD 2>/dev/null || echo unknown)$(
 	git -C "$shoal_top" diff --quiet HEAD 2>/dev/null || echo ' + uncommitted changes'), built $(
 	date -r "$build/shoal-mount" '+%Y-%m-%d %H:%M:%S')$build_note"
-for p in metabench seqio fstest pingpong mmread mmext plockpp; do
+for p in metabench seqio fstest pingpong mmread mmext plockpp clusterbench; do
 	cc -O2 -Wall -Wextra -Werror -D_GNU_SOURCE -o "$bin/$p" "$bench/$p.c"
 done
 # shellcheck disable=SC2046
@@ -224,6 +255,14 @@ cl2_idle=$dir/mnt-shoal-cl2-idle # shoal-cl2: the second node, mounted and idle
 declare -A img=([ext4]=$dir/ext4.img [shoal]=$dir/shoal.img [shoal-cl]=$dir/shoal-cl.img
 	[shoal-cl2]=$dir/shoal-cl2.img
 	[shoal-cl-hold0]=$dir/shoal-cl.img)
+# cluster: variant shoal-cl-nN is N nodes (n0, n1, ...) of one image, node i
+# at DIR/mnt-cl-I; ext4 is its one-node reference
+cl_flavour= # the flavour being run: private or mixed
+for n in "${cl_ns[@]}"; do
+	mnt[shoal-cl-n$n]=$dir/mnt-cl-0
+	img[shoal-cl-n$n]=$dir/shoal-cl.img
+done
+cl_mnt() { echo "$dir/mnt-cl-$1"; }
 declare -A loopdev=() # FS -> its loop device, while set up
 declare -A dev=()     # FS -> what it is mounted from
 pp_mnt_a=$dir/mnt-a   # pingpong: node a and node b of the cluster variants
@@ -325,6 +364,8 @@ fs_teardown() {
 }
 
 cleanup() {
+	local n
+	for n in "${cl_ns[@]}"; do fs_teardown "shoal-cl-n$n"; done
 	fs_teardown shoal-cl-hold0
 	fs_teardown shoal-cl2
 	fs_teardown shoal-cl
@@ -335,7 +376,9 @@ cleanup() {
 	rm -f "$floor_img"
 	lockd_teardown
 	rmdir "${mnt[ext4]}" "${mnt[shoal]}" "${mnt[shoal-cl]}" "${mnt[fuse-null]}" "${mnt[shoal-cl2]}" \
-		"$cl2_idle" "$pp_mnt_a" "$pp_mnt_b" "$mm_mnt_c" "$mm_mnt_d" "$dir" 2>/dev/null || true
+		"$cl2_idle" "$pp_mnt_a" "$pp_mnt_b" "$mm_mnt_c" "$mm_mnt_d" 2>/dev/null || true
+	for ((n = 0; n < cl_jmax; n++)); do rmdir "$(cl_mnt "$n")" 2>/dev/null || true; done
+	rmdir "$dir" 2>/dev/null || true
 	rm -rf "$work"
 }
 trap cleanup EXIT
@@ -359,8 +402,8 @@ fail() {
 	shift 2
 	any_fail=1
 	while IFS= read -r line; do
-		say "  FAIL $fs round $r: $line"
-		printf 'fail\t%s\t%s\t%s\n' "$fs" "$r" "$line" >>"$cur_raw"
+		say "  FAIL $fs round $r${cl_flavour:+ ($cl_flavour)}: $line"
+		printf 'fail\t%s\t%s\t%s\n' "$fs" "$r" "${cl_flavour:+$cl_flavour: }$line" >>"$cur_raw"
 	done <<<"$*"
 }
 
@@ -495,7 +538,7 @@ fs_make() {
 		# The same mkfs as shoal (its default is 2 journals), so lock=
 		# is the only difference; pingpong's two nodes need the 2,
 		# mmread's four nodes 4.
-		"$bin/mkfs.shoal" -f -j "$([ "$cur_w" = mmread ] && echo 4 || echo 2)" "${dev[$fs]}" >"$out" 2>&1 || {
+		"$bin/mkfs.shoal" -f -j "$(cl_journals)" "${dev[$fs]}" >"$out" 2>&1 || {
 			fail_note="mkfs.shoal ${dev[$fs]}: $(tail -n 5 "$out")"
 			return 1
 		}
@@ -505,6 +548,8 @@ fs_make() {
 				shoal_mount "$fs" "$pp_mnt_b" "$(cl_opts "$fs" b)"
 		elif [ "$cur_w" = mmread ]; then
 			mm_mount_all "$fs"
+		elif [ "$cur_w" = cluster ]; then
+			cl_mount_all "$fs"
 		elif [ "$fs" = shoal-cl2 ]; then
 			mkdir -p "$cl2_idle"
 			shoal_mount "$fs" "${mnt[$fs]}" "$(cl_opts "$fs" bench)" &&
@@ -550,8 +595,12 @@ fs_describe() {
 		meta "shoal mount" "build/shoal-mount -o lock=nolock; $("$bin/shoal" status "${mnt[shoal]}" 2>/dev/null | sed -n 's/^options //p')"
 		;;
 	*)
-		meta "$fs mkfs" "build/mkfs.shoal -f -j $([ "$cur_w" = mmread ] && echo 4 || echo 2) (as shoal$([ "$cur_w" = mmread ] && echo ", but 4 journals for 4 nodes"))"
+		meta "$fs mkfs" "build/mkfs.shoal -f -j $(cl_journals) (as shoal$(case $cur_w in mmread) echo ", but 4 journals for 4 nodes" ;; cluster) echo ", but $cl_jmax journals for up to $cl_jmax nodes, whatever N" ;; esac))"
 		meta "$fs lockd" "build/shoal-lockd -f --listen unix:WORK/cl-lockd.sock, started for each round before the mount, stopped (SIGTERM) after the unmount"
+		if [ "$cur_w" = cluster ]; then
+			meta "$fs mount" "${fs#shoal-cl-n} node(s) n0 ... at DIR/mnt-cl-0 ..., each build/shoal-mount -o $(cl_opts "$fs" n0 | sed "s|$work|WORK|") (node n0's; the others differ only in node=); $("$bin/shoal" status "$(cl_mnt 0)" 2>/dev/null | sed -n 's/^options //p' | sed "s|$work|WORK|")"
+			return 0
+		fi
 		for m in $(printf '%s\n' "${!daemon_pid[@]}" | sort); do
 			meta "$fs mount" "build/shoal-mount -o $(cl_opts "$fs" "$("$bin/shoal" status "$m" 2>/dev/null | sed -n 's/^node //p')" | sed "s|$work|WORK|"); $("$bin/shoal" status "$m" 2>/dev/null | sed -n 's/^options //p' | sed "s|$work|WORK|")"
 		done
@@ -991,6 +1040,192 @@ wl_mmread() {
 	say "  round $r $fs:$line"
 }
 
+# --- cluster (begin) -------------------------------------------------------------
+# Issue 22's scaling measurement (bench/README.md "cluster"): variant
+# shoal-cl-nN is N nodes n0 ... of one image (mkfs -j of the largest N in
+# CLUSTER_NODES, whatever N), one shoal-lockd, mounted at DIR/mnt-cl-0 ...;
+# ext4 the one-node reference.  Each round runs both flavours, private then
+# mixed, each on a cluster made afresh (run_workload's pass loop).
+#  (1) the counters of a run are sampled right before the release of the
+#      workers and right after the last one reported, before the check, so
+#      the check's reads (through the first and the last node) are not in
+#      them; lockd's RSS is read at the same moments;
+#  (2) a run fails on a worker's error, a worker stuck for CLUSTER_GRACE
+#      seconds past the end, a check that finds a file or record wrong, or a
+#      node's daemon or shoal-lockd that died (shoal_health, run_one).
+
+# cl_journals: the journals of a cluster variant's image in this workload.
+cl_journals() {
+	case $cur_w in
+	mmread) echo 4 ;;
+	cluster) echo "$cl_jmax" ;;
+	*) echo 2 ;;
+	esac
+}
+
+# cl_mount_all FS: FS's N nodes, n0 first.
+cl_mount_all() {
+	local fs=$1 i
+	for ((i = 0; i < ${fs#shoal-cl-n}; i++)); do
+		shoal_mount "$fs" "$(cl_mnt "$i")" "$(cl_opts "$fs" "n$i")" || return 1
+	done
+}
+
+# cl_rss_kib: shoal-lockd's resident set now (VmRSS, KiB).
+cl_rss_kib() {
+	awk '$1 == "VmRSS:" { print $2 }' "/proc/$cl_lockd_pid/status" 2>/dev/null
+}
+
+# cl_glstats OUT MNT...: every glock of every node, one line each:
+# "NODE TYPE/NUM req cb dem tryfail rtt_us".
+cl_glstats() {
+	local out=$1 i=0 m
+	shift
+	: >"$out"
+	for m in "$@"; do
+		timeout 60 "$bin/shoal" glstats "$m" 2>/dev/null | awk -v node="$i" '$1 == "G:" {
+			for (k = 2; k <= NF; k++) { split($k, kv, ":"); f[kv[1]] = kv[2] }
+			sub(/^n:/, "", $2); sub(/us$/, "", f["rtt"])
+			print node, $2, f["req"], f["cb"], f["dem"], f["tryfail"], f["rtt"]
+		}' >>"$out" || true
+		i=$((i + 1))
+	done
+}
+
+# cl_glsum BEFORE AFTER: the glock counters of the run, summed over the
+# nodes: "type T req cb dem tryfail rtt_us" per glock type, and "glock
+# TYPE/NUM req cb dem tryfail rtt_us nodes_with_cb" per glock, the most
+# callbacks first.
+cl_glsum() {
+	awk 'FNR == NR { for (k = 3; k <= 7; k++) b[$1 " " $2, k] = $k; next }
+		{
+			split($2, tn, "/")
+			for (k = 3; k <= 7; k++) {
+				d = $k - b[$1 " " $2, k]
+				t[tn[1], k] += d
+				g[$2, k] += d
+			}
+			seen_t[tn[1]] = 1
+			seen_g[$2] = 1
+			if ($4 - b[$1 " " $2, 4] > 0) ncb[$2]++
+		}
+		END {
+			for (x in seen_t)
+				print "type", x, t[x, 3], t[x, 4], t[x, 5], t[x, 6], t[x, 7]
+			for (x in seen_g)
+				print "glock", x, g[x, 3], g[x, 4], g[x, 5], g[x, 6], g[x, 7], ncb[x] + 0
+		}' "$1" "$2" | sort -k1,1r -k4,4nr
+}
+
+# cl_glname TYPE/HEX: what a glock of the run is, for the top list.
+declare -A cl_inames=() # inode number (hex) -> its name in the workload
+cl_glname() {
+	local t=${1%%/*} num=${1#*/}
+	case $t in
+	1) case $((16#$num)) in 1) echo "mount lock" ;; 2) echo "rename lock" ;; *) echo "non-disk $num" ;; esac ;;
+	2 | 5)
+		local what=inode
+		[ "$t" = 2 ] || what=iopen
+		if [ -n "${cl_inames[$num]:-}" ]; then echo "$what ${cl_inames[$num]}"; else echo "$what of a file"; fi
+		;;
+	3) echo "rgrp at block $((16#$num))" ;;
+	9) echo "journal $((16#$num))" ;;
+	*) echo "type $t" ;;
+	esac
+}
+
+wl_cluster_describe() {
+	meta workload "cluster - issue 22's scaling measurement: N nodes (N = ${cl_ns[*]}) of one image, one shoal-lockd, one process per node (bench/clusterbench.c), all released at once, each for $cl_secs s. private: create own-I/fK (O_EXCL, 0.5-4 KiB written, fsync, close), rename it to rK, unlink the oldest rJ once 16 are there, in the node's own directory, in turn; mixed: create, a 64 KiB O_APPEND write to big0/big1 (alternately), rename, shared/nI-K created with 128 bytes, unlink, a 64-byte O_APPEND record to log, in turn (all nodes share big0, big1, shared/ and log). One op = one of these steps"
+	meta "check" "after each run (not timed, not in the counters), through node 0 and node N-1: each own directory holds exactly what its node left, shared/ every file every node made, big0/big1 each node's 64 KiB chunks intact and in order, log each node's records intact, in order, every acknowledged one exactly once; a failed op, a node $cl_grace s late, a wrong byte or a dead daemon or lockd fails the run"
+	meta "variants" "ext4 = the reference: N = 1, the same program on one ext4 mount (journaled, default features); shoal-cl-nN = N shoal-mount nodes (lock=shoal, default options) of one image made with $cl_jmax journals; each flavour of each round on a cluster formatted and mounted afresh"
+	meta "figures" "ops/s = all nodes' ops / wall time (release to the last node's report); per node = its ops / its own time; slowest/fastest = the slowest node's ops/s over the fastest's; lockd RSS = VmRSS of shoal-lockd right after the run (and right before it); counters: shoal stat of every node, summed, and shoal glstats of every node, summed per glock type, over the run"
+	meta "target" "issue 22: private total at 8 nodes >= 1.5x one node's (shoal-cl-n8/shoal-cl-n1); mixed total at 8 nodes >= 0.5x one node's; slowest node >= 0.5x the fastest at 8 nodes, both flavours (medians of the rounds)"
+}
+
+wl_cluster() {
+	local fs=$1 r=$2 fl=$cl_flavour o=$work/cl.out n=1 i m rss0 rss1 x v
+	local -a mnts
+	if [ "$fs" = ext4 ]; then
+		mnts=("${mnt[ext4]}")
+	else
+		n=${fs#shoal-cl-n}
+		for ((i = 0; i < n; i++)); do mnts+=("$(cl_mnt "$i")"); done
+	fi
+	runprog "$fs" "$r" "$o" "$bin/clusterbench" prep "${mnts[0]}" || return 1
+	sync
+	sample "$fs" "$work/base" "${mnts[0]}"
+	for ((i = 0; i < n; i++)); do sample "$fs" "$work/clb$i" "${mnts[i]}"; done
+	is_cluster "$fs" && cl_glstats "$work/glb" "${mnts[@]}"
+	rss0=$(is_cluster "$fs" && cl_rss_kib || true)
+	runprog "$fs" "$r" "$o" "$bin/clusterbench" run "$fl" "$cl_secs" "$cl_grace" "$work/cl.state" "${mnts[@]}" || return 1
+	rss1=$(is_cluster "$fs" && cl_rss_kib || true)
+	sample "$fs" "$work/after" "${mnts[0]}"
+	for ((i = 0; i < n; i++)); do sample "$fs" "$work/cla$i" "${mnts[i]}"; done
+	is_cluster "$fs" && cl_glstats "$work/gla" "${mnts[@]}"
+	runprog "$fs" "$r" "$work/clcheck.out" "$bin/clusterbench" check "$fl" "$work/cl.state" "${mnts[0]}" "${mnts[-1]}" || return 1
+
+	local ops
+	ops=$(field "$o" ops)
+	for x in ops_s node_min_ops_s node_max_ops_s node_ratio; do
+		emit "$fs" "$r" "${fl}_$x" "$(field "$o" "$x")"
+	done
+	emit "$fs" "$r" "${fl}_max_ms" "$(awk '$1 ~ /_max_ms$/ && $2 > m { m = $2 } END { print m + 0 }' "$o")"
+	emit_delta "$fs" "$r" "${fl}_flushes_per_op" "$work/base" "$work/after" loop_flushes "$ops"
+	emit_delta "$fs" "$r" "${fl}_wr_bytes_per_op" "$work/base" "$work/after" loop_wr_bytes "$ops"
+	local line
+	line="$(field "$o" ops_s) ops/s in all ($ops ops in $(field "$o" wall_s)s), per node$(
+		for ((i = 0; i < n; i++)); do printf ' %s' "$(field "$o" "node${i}_ops_s")"; done
+	) (slowest/fastest $(field "$o" node_ratio)); slowest op$(
+		awk '$1 ~ /_max_ms$/ { sub(/_max_ms$/, "", $1); printf " %s %sms", $1, $2 }' "$o"
+	); checked $(field "$work/clcheck.out" checked_files) files, $(field "$work/clcheck.out" checked_chunks) chunks, $(field "$work/clcheck.out" checked_records) records"
+	if is_cluster "$fs"; then
+		emit "$fs" "$r" "shoal_${fl}_lockd_rss0_kib" "$rss0"
+		emit "$fs" "$r" "shoal_${fl}_lockd_rss_kib" "$rss1"
+		local -A sum=()
+		for m in gl_requests gl_callbacks gl_demotions gl_restarts gl_rtt_us commits dev_flushes; do
+			v=0
+			for ((i = 0; i < n; i++)); do
+				x=$(delta "$work/clb$i" "$work/cla$i" "shoal_$m")
+				v=$((v + ${x:-0}))
+			done
+			sum[$m]=$v
+			emit "$fs" "$r" "shoal_${fl}_${m}_per_op" "$(awk -v a="$v" -v b="$ops" 'BEGIN { printf "%.4f", a / b }')"
+		done
+		line+="; lock requests $(awk -v a="${sum[gl_requests]}" -v b="$ops" 'BEGIN { printf "%.2f", a / b }')/op, callbacks ${sum[gl_callbacks]}, lock wait $((sum[gl_rtt_us] / 1000)) ms in all; lockd RSS $((rss0 / 1024)) -> $((rss1 / 1024)) MiB"
+		# which glocks moved: per type, and the ones most called back
+		cl_inames=()
+		cl_inames[$(printf '%x' "$(stat -c %i "${mnts[0]}")")]="/ (root)"
+		for x in shared big0 big1 log; do
+			[ -e "${mnts[0]}/$x" ] && cl_inames[$(printf '%x' "$(stat -c %i "${mnts[0]}/$x")")]=$x
+		done
+		for ((i = 0; i < n; i++)); do
+			cl_inames[$(printf '%x' "$(stat -c %i "${mnts[0]}/own-$i")")]="own-$i/"
+		done
+		cl_glsum "$work/glb" "$work/gla" >"$work/glsum"
+		local g req cb dem tf rtt nodes top=""
+		# per glock type that had any request or callback
+		while read -r _ x req cb _ tf _; do
+			[ "$req" != 0 ] || [ "$cb" != 0 ] || continue
+			emit "$fs" "$r" "shoal_${fl}_t${x}_req_per_op" "$(awk -v a="$req" -v b="$ops" 'BEGIN { printf "%.4f", a / b }')"
+			emit "$fs" "$r" "shoal_${fl}_t${x}_cb_per_op" "$(awk -v a="$cb" -v b="$ops" 'BEGIN { printf "%.4f", a / b }')"
+			emit "$fs" "$r" "shoal_${fl}_t${x}_tryfail_per_op" "$(awk -v a="$tf" -v b="$ops" 'BEGIN { printf "%.4f", a / b }')"
+		done < <(grep '^type ' "$work/glsum")
+		while read -r _ g req cb dem tf rtt nodes; do
+			[ "$cb" -gt 0 ] || break
+			top+=$'\n'"      $g $(cl_glname "$g"): callbacks $cb (on $nodes of $n nodes), demotions $dem, requests $req, refused tries $tf, lock wait $((rtt / 1000)) ms"
+		done < <(grep '^glock ' "$work/glsum" | head -n 6)
+		[ -z "$top" ] || line+=$'\n'"    glocks most called back (all nodes):$top"
+		top=""
+		while read -r _ g req cb dem tf rtt nodes; do
+			[ "$rtt" -gt 0 ] || break
+			top+=$'\n'"      $g $(cl_glname "$g"): lock wait $((rtt / 1000)) ms, requests $req, callbacks $cb, refused tries $tf"
+		done < <(grep '^glock ' "$work/glsum" | sort -k7,7nr | head -n 3)
+		[ -z "$top" ] || line+=$'\n'"    glocks waited for longest (all nodes):$top"
+	fi
+	say "  round $r $fs $fl: $line"
+}
+# --- cluster (end) ---------------------------------------------------------------
+
 # --- driver --------------------------------------------------------------------------
 
 # run_one WORKLOAD FS ROUND: make, run, unmount, count, destroy.
@@ -1002,7 +1237,7 @@ run_one() {
 		fs_teardown "$fs"
 		return 1
 	fi
-	[ "$r" != 1 ] || fs_describe "$fs"
+	[ "$r" != 1 ] || [ "$cl_flavour" = mixed ] || fs_describe "$fs"
 	"wl_$w" "$fs" "$r" || ok=1
 	if [ "$ok" = 0 ] && is_shoal "$fs"; then
 		shoal_health "$fs" "$r" || ok=1
@@ -1040,7 +1275,7 @@ run_one() {
 			if is_shoal "$fs" && [ -x "$bin/fsck.shoal" ]; then
 				local frc=0
 				timeout 300 "$bin/fsck.shoal" -n "${dev[$fs]}" >"$out" 2>&1 || frc=$?
-				say "  round $r $fs: fsck.shoal -n after unmount: exit $frc$([ "$frc" = 0 ] || echo " ($(tail -n 3 "$out" | tr '\n' ' '))")"
+				say "  round $r $fs${cl_flavour:+ $cl_flavour}: fsck.shoal -n after unmount: exit $frc$([ "$frc" = 0 ] || echo " ($(tail -n 3 "$out" | tr '\n' ' '))")"
 			fi
 		fi
 	fi
@@ -1049,8 +1284,8 @@ run_one() {
 }
 
 run_workload() {
-	local w=$1 r fs i
-	local -a fses=()
+	local w=$1 r fs i n pass
+	local -a fses=() passes=("")
 	cur_w=$w
 	case $w in
 	cache)
@@ -1070,6 +1305,14 @@ run_workload() {
 			case $fs in
 			ext4 | fuse-null) fses+=("$fs") ;;
 			shoal-cl) fses+=(shoal-cl shoal-cl-hold0) ;;
+			esac
+		done
+		;;
+	cluster) # N nodes of one image per variant; ext4 the one-node reference
+		for fs in "${sel_fses[@]}"; do
+			case $fs in
+			ext4) fses+=(ext4) ;;
+			shoal-cl) for n in "${cl_ns[@]}"; do fses+=("shoal-cl-n$n"); done ;;
 			esac
 		done
 		;;
@@ -1105,12 +1348,17 @@ run_workload() {
 		meta "WARNING" "host busy at start (load average $load on $(nproc) CPUs): other work shares the CPUs and the disk, timings are unreliable; counters are not affected"
 	fi
 	say "== $w ($stamp, $rounds rounds$([ "$quick" = 1 ] && echo ", quick sizes")) =="
+	[ "$w" != cluster ] || passes=(private mixed) # cl_flavour: a fresh cluster each
 	for r in $(seq "$rounds"); do
-		for i in $(seq 0 $((${#fses[@]} - 1))); do
-			fs=${fses[$(((r - 1 + i) % ${#fses[@]}))]}
-			run_one "$w" "$fs" "$r" || true
+		for pass in "${passes[@]}"; do
+			cl_flavour=$pass
+			for i in $(seq 0 $((${#fses[@]} - 1))); do
+				fs=${fses[$(((r - 1 + i) % ${#fses[@]}))]}
+				run_one "$w" "$fs" "$r" || true
+			done
 		done
 	done
+	cl_flavour=
 	meta "load" "load average at end $(cut -d' ' -f1-3 /proc/loadavg)"
 	say ""
 	python3 "$bench/report.py" "$cur_raw" | tee -a "$cur_out"
