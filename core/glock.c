@@ -394,7 +394,6 @@ static int lm_end(struct shoal_fs *fs, struct glock *gl, int state, int flags, i
 		gl->gl_srtt_ns = rtt > gl->gl_srtt_ns ? gl->gl_srtt_ns + (rtt - gl->gl_srtt_ns) / 8
 						      : gl->gl_srtt_ns - (gl->gl_srtt_ns - rtt) / 8;
 	gt->gt_requests++;
-	fs->fs_ctr.sc_gl_requests++;
 	if (got >= 0) {
 		if (got > gl->gl_state || gl->gl_state == GL_UN)
 			gl->gl_granted_ns = gl_now_ns();
@@ -1027,9 +1026,7 @@ void gl_fenced_cb(struct shoal_fs *fs, const char *why)
 {
 	dev_fence(fs->fs_dev);
 	fprintf(stderr, "shoal: %s: self-fenced, no further writes to the device\n", why);
-	snprintf(fs->fs_err, sizeof(fs->fs_err), "self-fenced: %s", why);
-	fs->fs_ro = 1;
-	fs->fs_aborted = 1;
+	fs_stop(fs, "self-fenced: %s", why);
 }
 
 /* --- the demote worker --------------------------------------------------- */

@@ -27,7 +27,7 @@ static int sync_journal(struct shoal_fs *fs, struct glock *gl)
 	/* Data writes still queued (dev.c (5)) land before another node may
 	 * read their blocks, whatever state this node is in */
 	dev_wait_range(fs->fs_dev, 0, UINT64_MAX);
-	if (fs->fs_ro)
+	if (fs_is_ro(fs))
 		return 0; /* nothing changed, or withdrawn: no lock goes back (super.c (2)) */
 	err = jnl_wb_check(fs); /* the other node would read what was there before */
 	if (err)

@@ -295,7 +295,7 @@ void inode_put(struct shoal_fs *fs, struct shoal_inode *ip)
 	if (!ip)
 		return;
 	if (--ip->i_ref == 0 && ip->i_nlookup == 0 && ip->i_open == 0) {
-		if (!ip->i_freed && ip_di(ip)->di_nlink == 0 && !fs->fs_ro) {
+		if (!ip->i_freed && ip_di(ip)->di_nlink == 0 && !fs_is_ro(fs)) {
 			ip->i_ref++;
 			if (fs->fs_cluster)
 				inode_free_cluster(fs, ip);
@@ -585,7 +585,7 @@ void inode_free_orphans(struct shoal_fs *fs)
 		int err;
 
 		pthread_mutex_lock(&fs->fs_lock);
-		if (!fs->fs_norphans || fs->fs_ro) {
+		if (!fs->fs_norphans || fs_is_ro(fs)) {
 			pthread_mutex_unlock(&fs->fs_lock);
 			return;
 		}

@@ -155,8 +155,11 @@ struct shoal_fs {
 	uint32_t fs_bshift;
 	struct shoal_mount_opts fs_opts;
 	char fs_node[SHOAL_LOCKNAME_LEN];
+	/* fs_ro, fs_aborted: atomic (fs_is_ro, fs_stop): a fenced node's lock
+	 * client thread sets them holding no lock of the filesystem */
 	int fs_ro;
 	int fs_aborted; /* a journal or shared-structure write failed (fs_error) */
+	pthread_mutex_t fs_err_lock; /* a leaf: fs_err once the mount is up */
 	char fs_err[320];
 	struct hb_writer *fs_hb; /* this node's heartbeat (hb.c), or NULL */
 
@@ -365,6 +368,16 @@ int inode_alloc(struct shoal_fs *fs, struct shoal_inode *dir, uint64_t want, mod
 		uid_t uid, gid_t gid, struct shoal_inode **out);
 /* The generation an inode's metadata buffers must carry (cluster). */
 uint64_t inode_gen(struct shoal_fs *fs, struct shoal_inode *ip);
+
+/* No more writes: read-only and aborted, fs_err says why (unless it
+ * already said something); takes only fs_err_lock (fs_error also
+ * withdraws from the cluster). */
+void fs_stop(struct shoal_fs *fs, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Read-only (mount option, read-only device, or fs_error / self-fencing). */
+static inline int fs_is_ro(struct shoal_fs *fs)
+{
+	return __atomic_load_n(&fs->fs_ro, __ATOMIC_RELAXED);
+}
 /* Cluster: free ino later, if it is still UNLINKED and nobody uses it. */
 void inode_queue_orphan(struct shoal_fs *fs, uint64_t ino);
 /* Free the unlinked inodes queued while their groups were elsewhere. */

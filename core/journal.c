@@ -315,7 +315,7 @@ int trans_begin_alloc(struct shoal_fs *fs, uint32_t nblocks, uint64_t nalloc)
 	uint32_t need;
 	int err;
 
-	if (fs->fs_ro)
+	if (fs_is_ro(fs))
 		return -EROFS;
 	op_changed(0); /* a consistent point (invariant of every caller) */
 	if (nalloc) { /* cluster: groups of our own to allocate from */
@@ -458,7 +458,7 @@ int jnl_commit(struct shoal_fs *fs)
 
 	if (j->j_tcount == 0 && !fs->fs_dx.dx_count)
 		return 0;
-	if (fs->fs_ro)
+	if (fs_is_ro(fs))
 		return -EROFS;
 	err = jnl_wb_check(fs);
 	if (err)
@@ -649,7 +649,7 @@ static int jnl_fast_commit(struct shoal_fs *fs)
 	uint8_t *blk;
 	int err = 0;
 
-	if (!j->j_fc_ok || j->j_ordered || !j->j_tcount || fs->fs_ro)
+	if (!j->j_fc_ok || j->j_ordered || !j->j_tcount || fs_is_ro(fs))
 		return -EAGAIN;
 	if (j->j_used + need > log_capacity(j))
 		return -EAGAIN; /* leave room for the full commit after it */
@@ -706,7 +706,7 @@ int jnl_sync(struct shoal_fs *fs)
 
 	if (jnl_durable(fs, j->j_seq, j->j_mod))
 		return 0; /* nothing, or fast-committed already */
-	if (fs->fs_ro)
+	if (fs_is_ro(fs))
 		return -EROFS;
 	err = jnl_wb_check(fs);
 	if (err)
@@ -799,7 +799,7 @@ int jnl_write_home_type(struct shoal_fs *fs, uint16_t type)
 	int err;
 
 	/* only committed images: nothing may be changed in memory and not logged */
-	if (fs->fs_ro || fs->fs_j.j_tcount)
+	if (fs_is_ro(fs) || fs->fs_j.j_tcount)
 		return 0;
 	err = ckpt_write_home(fs, type, &list, &n);
 	free(list);

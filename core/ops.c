@@ -1197,7 +1197,7 @@ static int atime_due(struct shoal_fs *fs, struct shoal_inode *ip, int flags)
 	struct shoal_ts at = inode_atime(ip);
 	struct timespec now;
 
-	if (fs->fs_ro || fs->fs_opts.mo_atime == SHOAL_NOATIME || (flags & O_NOATIME) ||
+	if (fs_is_ro(fs) || fs->fs_opts.mo_atime == SHOAL_NOATIME || (flags & O_NOATIME) ||
 	    (di->di_flags & SHOAL_DIF_NOATIME))
 		return 0;
 	if (fs->fs_opts.mo_atime == SHOAL_STRICTATIME)
@@ -1270,7 +1270,7 @@ static int do_open(struct shoal_fs *fs, uint64_t ino, int flags)
 		else if ((ip_di(ip)->di_flags & SHOAL_DIF_APPEND) &&
 			 (!(flags & O_APPEND) || (flags & O_TRUNC)))
 			err = -EPERM;
-		else if (fs->fs_ro)
+		else if (fs_is_ro(fs))
 			err = -EROFS;
 	}
 	if (!err)
@@ -1368,7 +1368,7 @@ static int do_access(struct shoal_fs *fs, uint64_t ino, int mask)
 	if (mask != F_OK) {
 		mode_t m = ip_di(ip)->di_mode;
 		err = perm_check(fs, ip, mask & 7);
-		if (!err && (mask & W_OK) && fs->fs_ro &&
+		if (!err && (mask & W_OK) && fs_is_ro(fs) &&
 		    (S_ISREG(m) || S_ISDIR(m) || S_ISLNK(m)))
 			err = -EROFS;
 		if (!err && (mask & W_OK) && (ip_di(ip)->di_flags & SHOAL_DIF_IMMUTABLE))
@@ -1514,7 +1514,7 @@ static int flush_atime_one(struct shoal_fs *fs, uint64_t ino)
 		struct shoal_inode *cur = NULL;
 		/* a try sends no callback: a node still using the inode keeps
 		 * its lock, and the update is dropped */
-		err = fs->fs_ro ? -EROFS : gl_try_hold(fs, GL_INODE, ino, GL_EX);
+		err = fs_is_ro(fs) ? -EROFS : gl_try_hold(fs, GL_INODE, ino, GL_EX);
 		/*
 		 * If the glock left this node since the read, the dinode in
 		 * memory is stale (another node may have changed or freed it):

@@ -299,13 +299,13 @@ int shoal_fsync(struct shoal_fs *fs, uint64_t ino, int datasync)
 		goto out;
 	fs->fs_ctr.sc_fsyncs++;
 	ip->i_fsync_ns = gl_now_ns();
-	if (fs->fs_aborted) {
+	if (__atomic_load_n(&fs->fs_aborted, __ATOMIC_RELAXED)) {
 		err = -EIO; /* the journal failed: what it held is lost */
 		goto out_put;
 	}
 	uint64_t seq = datasync ? ip->i_dsync_seq : ip->i_meta_seq;
 	uint64_t mod = datasync ? ip->i_dsync_mod : ip->i_meta_mod;
-	int need_commit = !fs->fs_ro && !jnl_durable(fs, seq, mod);
+	int need_commit = !fs_is_ro(fs) && !jnl_durable(fs, seq, mod);
 	int need_flush = ip->i_data_gen > __atomic_load_n(&fs->fs_dev->d_flush_gen, __ATOMIC_SEQ_CST);
 	if (need_commit || need_flush) {
 		/*
@@ -315,7 +315,7 @@ int shoal_fsync(struct shoal_fs *fs, uint64_t ino, int datasync)
 		 * same flush, so the fsync that usually follows an fdatasync
 		 * finds nothing left to do.
 		 */
-		if (!fs->fs_ro)
+		if (!fs_is_ro(fs))
 			err = jnl_sync(fs); /* its flush covers data written before */
 		if (!err && ip->i_data_gen > __atomic_load_n(&fs->fs_dev->d_flush_gen, __ATOMIC_SEQ_CST))
 			err = dev_flush(fs->fs_dev);

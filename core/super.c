@@ -76,16 +76,49 @@ int shoal_damage(struct shoal_fs *fs, uint64_t *blkno, uint64_t *ino)
 	return needs;
 }
 
+/*
+ * Under fs_err_lock: no more writes, for the reason in fmt unless one is
+ * given already (fs_err is written once after the mount, so readers may
+ * keep pointing at it).  1 if the filesystem was writable until now.
+ */
+static int fs_stop_locked(struct shoal_fs *fs, const char *fmt, va_list ap)
+{
+	int was_rw = !fs_is_ro(fs);
+
+	if (!fs->fs_err[0])
+		vsnprintf(fs->fs_err, sizeof(fs->fs_err), fmt, ap);
+	__atomic_store_n(&fs->fs_ro, 1, __ATOMIC_RELAXED);
+	__atomic_store_n(&fs->fs_aborted, 1, __ATOMIC_RELAXED);
+	return was_rw;
+}
+
+void fs_stop(struct shoal_fs *fs, const char *fmt, ...)
+{
+	va_list ap;
+
+	pthread_mutex_lock(&fs->fs_err_lock);
+	va_start(ap, fmt);
+	fs_stop_locked(fs, fmt, ap);
+	va_end(ap);
+	pthread_mutex_unlock(&fs->fs_err_lock);
+}
+
 void fs_error(struct shoal_fs *fs, const char *fmt, ...)
 {
 	va_list ap;
-	if (fs->fs_ro)
+	int stopped;
+
+	pthread_mutex_lock(&fs->fs_err_lock);
+	if (fs_is_ro(fs)) {
+		pthread_mutex_unlock(&fs->fs_err_lock);
 		return;
+	}
 	va_start(ap, fmt);
-	vsnprintf(fs->fs_err, sizeof(fs->fs_err), fmt, ap);
+	stopped = fs_stop_locked(fs, fmt, ap);
 	va_end(ap);
-	fs->fs_ro = 1;
-	fs->fs_aborted = 1;
+	pthread_mutex_unlock(&fs->fs_err_lock);
+	if (!stopped)
+		return;
 	fprintf(stderr, "shoal: %s: filesystem is now read-only\n", fs->fs_err);
 	if (fs->fs_lm && fs->fs_lm->lm_withdraw && fs->fs_lm_priv) {
 		/* (2): nothing more of this node lands, then no lock goes back:
@@ -183,7 +216,7 @@ static int cluster_join(struct shoal_fs *fs)
 			 strerror(-err));
 		return err;
 	}
-	for (uint32_t j = 0; j < fs->fs_sb.sb_jcount && !fs->fs_ro; j++) {
+	for (uint32_t j = 0; j < fs->fs_sb.sb_jcount && !fs_is_ro(fs); j++) {
 		if (j == fs->fs_jid)
 			continue;
 		err = fs_recover_journal(fs, j);
@@ -202,7 +235,7 @@ int fs_recover_journal(struct shoal_fs *fs, uint32_t jid)
 	uint32_t replayed = 0;
 	int err;
 
-	if (jid == fs->fs_jid || jid >= fs->fs_sb.sb_jcount || fs->fs_ro)
+	if (jid == fs->fs_jid || jid >= fs->fs_sb.sb_jcount || fs_is_ro(fs))
 		return 0;
 	/* its owner is alive, or another node is replaying it */
 	if (gl_acquire(fs, GL_JOURNAL, jid, GL_EX, GL_TRY, &gl))
@@ -242,7 +275,7 @@ static void *orphan_thread(void *arg)
 
 	pthread_mutex_lock(&fs->fs_lock);
 	while (!fs->fs_stopping) {
-		if (!fs->fs_norphans || fs->fs_ro) {
+		if (!fs->fs_norphans || fs_is_ro(fs)) {
 			pthread_cond_wait(&fs->fs_orphan_cond, &fs->fs_lock);
 			continue;
 		}
@@ -265,7 +298,7 @@ static void *commit_thread(void *arg)
 		clock_gettime(CLOCK_REALTIME, &ts);
 		ts.tv_sec += secs;
 		pthread_cond_timedwait(&fs->fs_commit_cond, &fs->fs_lock, &ts);
-		if (fs->fs_stopping || fs->fs_ro)
+		if (fs->fs_stopping || fs_is_ro(fs))
 			continue;
 		if (fs->fs_j.j_tcount || fs->fs_dx.dx_count)
 			jnl_commit(fs);
@@ -347,6 +380,7 @@ int shoal_mount(struct shoal_dev *dev, const struct shoal_mount_opts *opts,
 
 	if (!fs)
 		return -ENOMEM;
+	pthread_mutex_init(&fs->fs_err_lock, NULL);
 	fs->fs_dev = dev;
 	if (opts)
 		fs->fs_opts = *opts;
@@ -421,7 +455,7 @@ int shoal_mount(struct shoal_dev *dev, const struct shoal_mount_opts *opts,
 		err = -EINVAL;
 		goto out_free;
 	}
-	if (!fs->fs_ro) {
+	if (!fs_is_ro(fs)) {
 		err = fs_heartbeat_start(fs, slot);
 		if (err)
 			goto out_free;
@@ -435,7 +469,7 @@ int shoal_mount(struct shoal_dev *dev, const struct shoal_mount_opts *opts,
 	err = bc_init(fs);
 	if (err)
 		goto out_free;
-	err = dx_init(fs, !fs->fs_ro && (fs->fs_sb.sb_feat_incompat &
+	err = dx_init(fs, !fs_is_ro(fs) && (fs->fs_sb.sb_feat_incompat &
 						 (SHOAL_FEAT_INCOMPAT_FASTCOMMIT |
 						  SHOAL_FEAT_INCOMPAT_FCDATA)) ==
 						(SHOAL_FEAT_INCOMPAT_FASTCOMMIT |
@@ -484,7 +518,7 @@ int shoal_mount(struct shoal_dev *dev, const struct shoal_mount_opts *opts,
 	}
 	inode_lookups(root, root->i_nlookup + 1); /* pinned for the mount's lifetime */
 	inode_put(fs, root);
-	if (!fs->fs_ro) {
+	if (!fs_is_ro(fs)) {
 		pthread_mutex_lock(&fs->fs_lock);
 		err = rg_reap_unlinked(fs, &reaped);
 		if (!err)
@@ -507,7 +541,7 @@ int shoal_mount(struct shoal_dev *dev, const struct shoal_mount_opts *opts,
 		gl_release(fs, mgl);
 		fs->fs_rg_alloc = (uint32_t)((uint64_t)slot * fs->fs_rgcount / fs->fs_sb.sb_jcount);
 	}
-	if (!fs->fs_ro) {
+	if (!fs_is_ro(fs)) {
 		if (pthread_create(&fs->fs_commit_thread, NULL, commit_thread, fs) == 0)
 			fs->fs_commit_started = 1;
 		if (fs->fs_cluster &&
@@ -534,6 +568,7 @@ out_free:
 	if (fs->fs_lm_priv)
 		fs->fs_lm->lm_unmount(fs);
 	snprintf(mount_err, sizeof(mount_err), "%s", fs->fs_err[0] ? fs->fs_err : strerror(-err));
+	pthread_mutex_destroy(&fs->fs_err_lock);
 	free(fs->fs_orphans);
 	free(fs->fs_ihash);
 	free(fs);
@@ -542,7 +577,12 @@ out_free:
 
 const char *shoal_error(struct shoal_fs *fs)
 {
-	return fs->fs_err[0] ? fs->fs_err : NULL;
+	int set;
+
+	pthread_mutex_lock(&fs->fs_err_lock);
+	set = fs->fs_err[0] != 0; /* once set, never written again */
+	pthread_mutex_unlock(&fs->fs_err_lock);
+	return set ? fs->fs_err : NULL;
 }
 
 int shoal_withdraw(struct shoal_fs *fs, const char *why)
@@ -550,7 +590,7 @@ int shoal_withdraw(struct shoal_fs *fs, const char *why)
 	int err = 0;
 
 	pthread_mutex_lock(&fs->fs_lock);
-	if (fs->fs_ro)
+	if (fs_is_ro(fs))
 		err = -EROFS;
 	else
 		fs_error(fs, "%s", why);
@@ -587,7 +627,7 @@ int shoal_unmount(struct shoal_fs *fs)
 		if (fs->fs_orphan_started)
 			pthread_join(fs->fs_orphan_thread, NULL);
 	}
-	if (fs->fs_cluster && !fs->fs_ro) {
+	if (fs->fs_cluster && !fs_is_ro(fs)) {
 		/* free what has no links through the operation machinery: it
 		 * may wait for other nodes' locks */
 		pthread_mutex_lock(&fs->fs_lock);
@@ -622,7 +662,7 @@ int shoal_unmount(struct shoal_fs *fs)
 		ops_flush_atime(fs); /* while the glocks still work */
 	gl_stop(fs); /* no more demotions: we leave the cluster below */
 	pthread_mutex_lock(&fs->fs_lock);
-	if (!fs->fs_ro && !fs->fs_cluster) {
+	if (!fs_is_ro(fs) && !fs->fs_cluster) {
 		/* nobody uses anything any more: free what has no links */
 		for (uint32_t i = 0; i <= fs->fs_ihmask; i++) {
 			struct shoal_inode *ip = fs->fs_ihash[i], *n;
@@ -640,7 +680,7 @@ int shoal_unmount(struct shoal_fs *fs)
 			}
 		}
 	}
-	if (!fs->fs_ro) {
+	if (!fs_is_ro(fs)) {
 		err = jnl_checkpoint(fs);
 		if (!err)
 			err = jnl_mark_clean(fs, 1);
@@ -651,7 +691,7 @@ int shoal_unmount(struct shoal_fs *fs)
 	if (fs->fs_hb) {
 		/* the disk is free once the journal is CLEAN; before lockd
 		 * gives the slot to another node, which would wait else */
-		int e = hb_stop(fs->fs_hb, !fs->fs_aborted);
+		int e = hb_stop(fs->fs_hb, !__atomic_load_n(&fs->fs_aborted, __ATOMIC_RELAXED));
 		if (!err)
 			err = e;
 		fs->fs_hb = NULL;
@@ -669,6 +709,7 @@ int shoal_unmount(struct shoal_fs *fs)
 	pthread_mutex_destroy(&fs->fs_dmg_lock);
 	pthread_cond_destroy(&fs->fs_commit_cond);
 	pthread_cond_destroy(&fs->fs_orphan_cond);
+	pthread_mutex_destroy(&fs->fs_err_lock);
 	free(fs->fs_orphans);
 	free(fs->fs_ihash);
 	free(fs);
@@ -679,9 +720,9 @@ int shoal_sync(struct shoal_fs *fs)
 {
 	int err = 0;
 	pthread_mutex_lock(&fs->fs_lock);
-	if (fs->fs_aborted) {
+	if (__atomic_load_n(&fs->fs_aborted, __ATOMIC_RELAXED)) {
 		err = -EIO; /* changes may have been lost: never report success */
-	} else if (!fs->fs_ro) {
+	} else if (!fs_is_ro(fs)) {
 		err = jnl_commit(fs);
 		if (!err)
 			err = dev_flush_if_needed(fs->fs_dev);
@@ -707,7 +748,7 @@ uint32_t shoal_bsize(struct shoal_fs *fs)
 
 int shoal_is_readonly(struct shoal_fs *fs)
 {
-	return fs->fs_ro;
+	return fs_is_ro(fs);
 }
 
 void shoal_counters(struct shoal_fs *fs, struct shoal_counters *out)
