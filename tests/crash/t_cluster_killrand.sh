@@ -42,8 +42,8 @@
 #            node recovers both.
 # No wait is a sleep: each polls for its event, with a bound.
 #
-# Environment: SHOAL_BUILD, SHOAL_SRC; KILLRAND_ROUNDS (default 10, about
-# 45 s on a loaded 2-CPU machine; the issue's 100 take about 7 minutes),
+# Environment: SHOAL_BUILD, SHOAL_SRC; KILLRAND_ROUNDS (default 8, about
+# 60 s on a loaded 2-CPU machine; the issue's 100 take about 10 minutes),
 # KILLRAND_SEED (default random, printed), KILLRAND_LEASE (default 2),
 # KILLRAND_MOUNTKILL (default 25),
 # E2E_KEEP=1 keeps the temporary directory.
@@ -51,7 +51,7 @@
 . "$(dirname "$0")/../e2e/lib_cluster.sh"
 
 : "${SHOAL_SRC:=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)}"
-ROUNDS=${KILLRAND_ROUNDS:-10}
+ROUNDS=${KILLRAND_ROUNDS:-8}
 SEED=${KILLRAND_SEED:-$(((RANDOM << 15) | RANDOM))}
 LEASE=${KILLRAND_LEASE:-2}
 MOUNTKILL=${KILLRAND_MOUNTKILL:-25} # percent of the remounts killed half-way
