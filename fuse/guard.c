@@ -15,17 +15,25 @@
  *      /dev/fuse, no lock, no descriptor but its pipe, no working
  *      directory in a mount; its stdio is /dev/null (a caller reading the
  *      mount's output must not wait for it); it writes to the mount's log;
- *  (2) the daemon tells it, over a pipe, "M MAJOR MINOR" once mounted and
- *      "D" once unmounted the normal way; at "D" the guardian leaves;
+ *  (2) the daemon tells it, over a pipe, "P ID..." right before its
+ *      mount(2) (the mount ids of the mounts at the mountpoint then, read
+ *      by the daemon itself, so none is missed however late the guardian
+ *      reads the line), "M MAJOR MINOR" once mounted and serving, and "D"
+ *      once unmounted the normal way; at "D" the guardian leaves.  A
+ *      daemon that dies after "P" but before "M" (between its mount(2)
+ *      and its first served request: it cannot know its device number
+ *      yet) left its mount on top of those, if a new one of type
+ *      fuse.shoal is there;
  *  (3) the daemon is dead when the pipe reaches end of file, or when its
  *      main thread has exited (a zombie leader whose other threads are
  *      stuck in the kernel keeps the pipe open): looked at every
  *      GUARD_POLL_MS;
  *  (4) it touches only the mount it was told of: that device's
  *      connection, and a detach only while the top mount at the
- *      mountpoint is that device (a new mount there is left alone); it
- *      never looks into the dead mount (no stat), so nothing it does waits
- *      on it;
+ *      mountpoint is that device (a new mount there is left alone); or,
+ *      before "M", the top mount there if it is a fuse.shoal mount made
+ *      since "P"; it never looks into the dead mount (no stat), so nothing
+ *      it does waits on it;
  *  (5) it ignores the terminal's and kill's polite signals (SIGINT,
  *      SIGTERM, SIGHUP, SIGQUIT): the daemon's death is what ends it.
  */
@@ -50,6 +58,7 @@
 #include <unistd.h>
 
 #define GUARD_POLL_MS 250
+#define GUARD_MAX_MOUNTS 8 /* mounts at the mountpoint "P" can name */
 #define FUSECTL "/sys/fs/fuse/connections"
 
 static int guard_fd = -1; /* the daemon's end of the pipe */
@@ -139,37 +148,99 @@ static void unescape(char *s)
 	*d = '\0';
 }
 
-/* Detach the mount at mp if the top one there is dev (4): 1 done, 0 not
- * ours (or gone already), -errno. */
-static int detach(const char *mp, dev_t dev)
+/* The mounts at mp, as /proc/self/mountinfo lists them. */
+struct guard_mounts {
+	unsigned gm_ids[GUARD_MAX_MOUNTS]; /* mount ids, oldest first */
+	unsigned gm_n;                     /* of them kept (the first ones) */
+	unsigned gm_total;                 /* mounts at mp */
+	int gm_found;                      /* any mount at mp */
+	unsigned gm_top_id;                /* the top one: the last listed */
+	dev_t gm_top_dev;
+	int gm_top_shoal;                  /* its type is fuse.shoal */
+};
+
+/* Fill gm with the mounts at mp: 0, or -errno. */
+static int mounts_at(const char *mp, struct guard_mounts *gm)
 {
-	unsigned top_maj = 0, top_min = 0;
 	char *line = NULL;
 	size_t cap = 0;
-	int found = 0;
 	FILE *f = fopen("/proc/self/mountinfo", "re");
 
+	memset(gm, 0, sizeof(*gm));
 	if (!f)
 		return -errno;
 	while (getline(&line, &cap, f) > 0) {
-		unsigned maj, min;
-		char point[4096];
+		unsigned id, maj, min;
+		char point[4096], fstype[64];
+		const char *sep;
 
-		/* ID PARENT MAJ:MIN ROOT MOUNTPOINT ... */
-		if (sscanf(line, "%*u %*u %u:%u %*s %4095s", &maj, &min, point) != 3)
+		/* ID PARENT MAJ:MIN ROOT MOUNTPOINT OPTS [OPTIONAL...] - TYPE ... */
+		if (sscanf(line, "%u %*u %u:%u %*s %4095s", &id, &maj, &min, point) != 4)
 			continue;
 		unescape(point);
 		if (strcmp(point, mp))
 			continue;
-		found = 1; /* later lines are mounts made on top */
-		top_maj = maj;
-		top_min = min;
+		sep = strstr(line, " - ");
+		if (!sep || sscanf(sep + 3, "%63s", fstype) != 1)
+			fstype[0] = '\0';
+		/* later lines are mounts made on top */
+		gm->gm_found = 1;
+		gm->gm_top_id = id;
+		gm->gm_top_dev = makedev(maj, min);
+		gm->gm_top_shoal = !strcmp(fstype, "fuse.shoal");
+		if (gm->gm_n < GUARD_MAX_MOUNTS)
+			gm->gm_ids[gm->gm_n++] = id;
+		gm->gm_total++;
 	}
 	free(line);
 	fclose(f);
-	if (!found || top_maj != major(dev) || top_min != minor(dev))
+	return 0;
+}
+
+/* Detach the mount at mp if the top one there is dev (4): 1 done, 0 not
+ * ours (or gone already), -errno. */
+static int detach(const char *mp, dev_t dev)
+{
+	struct guard_mounts gm;
+	int err = mounts_at(mp, &gm);
+
+	if (err)
+		return err;
+	if (!gm.gm_found || gm.gm_top_dev != dev)
 		return 0;
 	return umount2(mp, MNT_DETACH) == 0 ? 1 : -errno;
+}
+
+/* Died between "P" and "M" (2): the device of the mount it made, the top
+ * one at mp if it is a fuse.shoal mount that was not there at "P" (4);
+ * 0 if there is none. */
+static dev_t new_mount(const char *mp, const struct guard_mounts *before)
+{
+	struct guard_mounts now;
+
+	if (mounts_at(mp, &now) || !now.gm_found || !now.gm_top_shoal)
+		return 0;
+	for (unsigned i = 0; i < before->gm_n; i++)
+		if (before->gm_ids[i] == now.gm_top_id)
+			return 0;
+	return now.gm_top_dev;
+}
+
+/* "P ID...": the mounts at the mountpoint before the daemon's mount(2). */
+static int parse_before(const char *line, struct guard_mounts *before)
+{
+	const char *p = line + 1;
+	char *end;
+
+	memset(before, 0, sizeof(*before));
+	while (*p == ' ') {
+		unsigned long id = strtoul(p + 1, &end, 10);
+		if (end == p + 1 || before->gm_n == GUARD_MAX_MOUNTS)
+			return -EINVAL;
+		before->gm_ids[before->gm_n++] = (unsigned)id;
+		p = end;
+	}
+	return *p ? -EINVAL : 0;
 }
 
 static void __attribute__((noreturn)) guard_run(int rfd, const char *mp, pid_t daemon)
@@ -177,7 +248,9 @@ static void __attribute__((noreturn)) guard_run(int rfd, const char *mp, pid_t d
 	char buf[128];
 	size_t have = 0;
 	unsigned maj = 0, min = 0;
-	int mounted = 0, fd, err, gone;
+	int mounted = 0, mounting = 0, fd, err, gone;
+	struct guard_mounts before;
+	dev_t dev;
 
 	setsid();
 	prctl(PR_SET_NAME, "shoal-guard");
@@ -223,19 +296,28 @@ static void __attribute__((noreturn)) guard_run(int rfd, const char *mp, pid_t d
 				_exit(0); /* (2): unmounted the normal way */
 			if (sscanf(buf, "M %u %u", &maj, &min) == 2)
 				mounted = 1;
+			else if (buf[0] == 'P')
+				mounting = !parse_before(buf, &before);
 			have -= (size_t)(nl + 1 - buf);
 			memmove(buf, nl + 1, have + 1);
 		}
 		if (have == sizeof(buf) - 1)
 			have = 0; /* not a line of ours: drop it */
 	}
-	if (!mounted)
+	if (mounted)
+		dev = makedev(maj, min);
+	else if (mounting)
+		dev = new_mount(mp, &before); /* died right after its mount(2) */
+	else
+		dev = 0;
+	if (!dev)
 		_exit(0); /* died before its mount was up: nothing to free */
-	err = abort_conn(makedev(maj, min));
-	gone = detach(mp, makedev(maj, min));
-	guard_log(makedev(maj, min),
-		  "shoal-mount[%ld] died without unmounting %s: FUSE connection %s%s%s, %s",
-		  (long)daemon, mp, err ? "not aborted (" : "aborted",
+	err = abort_conn(dev);
+	gone = detach(mp, dev);
+	guard_log(dev,
+		  "shoal-mount[%ld] died without unmounting %s%s: FUSE connection %s%s%s, %s",
+		  (long)daemon, mp, mounted ? "" : " (while mounting)",
+		  err ? "not aborted (" : "aborted",
 		  err ? strerror(-err) : "", err ? ")" : "",
 		  gone > 0 ? "mount detached" :
 		  gone == 0 ? "mount not detached (not the top one there, or gone)" :
@@ -283,6 +365,25 @@ int guard_start(const char *mountpoint)
 	}
 	guard_fd = pfd[1];
 	return 0;
+}
+
+void guard_mounting(const char *mountpoint)
+{
+	struct guard_mounts gm;
+	char line[8 + GUARD_MAX_MOUNTS * 12];
+	size_t n = 1;
+
+	/* more mounts there than a line names: the guardian could not tell
+	 * a new one from an old one, and frees nothing before "M" */
+	if (guard_fd < 0 || mounts_at(mountpoint, &gm) || gm.gm_total > GUARD_MAX_MOUNTS)
+		return;
+	line[0] = 'P';
+	for (unsigned i = 0; i < gm.gm_n; i++)
+		n += (size_t)snprintf(line + n, sizeof(line) - n, " %u", gm.gm_ids[i]);
+	line[n++] = '\n';
+	if (write(guard_fd, line, n) != (ssize_t)n) {
+		/* the guardian is gone: nothing to tell */
+	}
 }
 
 void guard_mounted(dev_t dev)

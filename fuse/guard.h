@@ -13,6 +13,10 @@
  * ours).  0, or -errno (the mount then runs without one, and says so).
  */
 int guard_start(const char *mountpoint);
+/* The mount(2) on mountpoint comes next: a death from now on frees the
+ * new mount there even before guard_mounted (the top one there, if it is
+ * a fuse.shoal mount that was not there at this call). */
+void guard_mounting(const char *mountpoint);
 /* The mount is up, as device dev: from now on a death of this process
  * aborts its FUSE connection and detaches it. */
 void guard_mounted(dev_t dev);

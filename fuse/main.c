@@ -35,8 +35,10 @@
  *      cluster mounts take it shared, so no nolock writer joins them;
  *  (6) a guardian process (guard.c), started before anything else, aborts
  *      the FUSE connection and detaches the mount if this process dies
- *      before it unmounted: programs on a dead mount get an error, not a
- *      wait for ever, and the mount table does not keep the dead mount;
+ *      before it unmounted, from its mount(2) on (told of it just before,
+ *      guard_mounting, and of its device once serving, guard_mounted):
+ *      programs on a dead mount get an error, not a wait for ever, and the
+ *      mount table does not keep the dead mount;
  *  (7) test hook, for the crash tests only (tests/crash/t_powercut.sh):
  *      with $SHOAL_TEST_POWER_CUT=N:SEED in the environment the device is
  *      wrapped in the fault device (core/dev_fault.c) as a disk with a
@@ -1209,6 +1211,7 @@ int main(int argc, char **argv)
 		status = 1;
 		goto out_unmount;
 	}
+	guard_mounting(sm.sm_mountpoint); /* (6): from its mount(2) on, a death frees it */
 	if (fuse_session_mount(sm.sm_se, sm.sm_mountpoint) != 0) {
 		fprintf(stderr, PROG ": %s: cannot mount on %s\n", sm.sm_device,
 			sm.sm_mountpoint);
