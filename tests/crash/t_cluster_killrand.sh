@@ -330,13 +330,17 @@ for round in $(seq 1 "$ROUNDS"); do
 		[ $ev = request ] || filter="gltype == 9 && glnum == ${jid:-0} && kind == state && new == EX"
 		"$T_PY" "$WORK" killon $((LEASE + 15)) "$filter" "${specs[@]}" >"$t_dir/killon.out" 2>&1 &
 		kpid=$!
-		for ((i = 0; i < 200; i++)); do
+		# A trace starts on a node's control socket; once in about 100
+		# rounds it took more than 10 s under this load (not understood
+		# yet): the bound is 30 s, and a start slower than 5 s is printed.
+		for ((i = 0; i < 600; i++)); do
 			grep -q '^ready' "$t_dir/killon.out" && break
 			c_pid_done "$kpid" && break
 			sleep 0.05
 		done
+		[ "$i" -lt 100 ] || echo "# round $round: the survivors' traces took $((i / 20)) s to start"
 		grep -q '^ready' "$t_dir/killon.out" ||
-			why+=("the traces of the survivors did not start in 10 s: $(tr '\n' ' ' <"$t_dir/killon.out")")
+			why+=("the traces of the survivors did not start in 30 s: $(tr '\n' ' ' <"$t_dir/killon.out")")
 		sleep_ms $d
 		kill -9 "${t_pids[$(c_mnt "$v")]}"
 		kns=$(now_ns)
